@@ -1,0 +1,273 @@
+"""Chats and their messages in Postgres: plain async functions, one query (or transaction) each.
+
+Every function takes either the pool (it borrows a connection and commits) or an open connection.
+Given a connection, the work joins the caller's transaction and never commits it, so several calls
+can commit (or roll back) together; a call that fails is undone back to a savepoint, leaving the
+caller's transaction usable. (With autocommit on, each call gets a transaction of its own.)
+
+Rows come back as dicts keyed by column name; ids are `uuid.UUID`; `sources`, `steps` and
+`tool_calls` are the decoded JSON lists.
+
+Message statuses: 'complete', 'interrupted' (stopped by the user or a dropped connection),
+'error' (see the `error` column) and 'streaming' (a reply saved while still being written; the
+writer updates it with `update_message` when it ends).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import pq, sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+Db = AsyncConnectionPool | psycopg.AsyncConnection[Any]
+
+DEFAULT_TITLE = "New chat"
+ROLES = ("user", "assistant")
+STATUSES = ("complete", "interrupted", "error", "streaming")
+
+_MESSAGE_COLUMNS = (
+    "message_id, chat_id, role, content, status, sources, steps, tool_calls, error, sent_at"
+)
+
+
+class ChatNotFound(LookupError):
+    """The chat does not exist (never did, or was deleted)."""
+
+
+@asynccontextmanager
+async def _transaction(db: Db) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection inside a transaction: the pool's own, or a savepoint in the caller's."""
+    if isinstance(db, AsyncConnectionPool):
+        async with db.connection() as conn:
+            # The pool commits when the block ends without error and rolls back otherwise.
+            yield conn
+    else:
+        if not db.autocommit and db.info.transaction_status == pq.TransactionStatus.IDLE:
+            # On an idle connection psycopg's transaction() would BEGIN and COMMIT on the
+            # caller's behalf. Opening the caller's (implicit) transaction first makes it a
+            # savepoint instead, and committing stays the caller's decision.
+            await db.execute("SELECT 1")
+        # A savepoint, so a failed statement here leaves the caller's transaction usable.
+        async with db.transaction():
+            yield db
+
+
+async def _fetch_one(db: Db, query: str | sql.Composed, params: Any) -> dict[str, Any] | None:
+    async with _transaction(db) as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchone()
+
+
+async def _fetch_all(db: Db, query: str | sql.Composed, params: Any) -> list[dict[str, Any]]:
+    async with _transaction(db) as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+def _clean_title(title: str | None) -> str:
+    cleaned = " ".join((title or "").split())
+    return cleaned or DEFAULT_TITLE
+
+
+def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
+    # The database has the same CHECK; failing here gives a clearer error before any I/O.
+    if value not in allowed:
+        raise ValueError(f"{what} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Chats
+
+
+async def create_chat(db: Db, title: str | None = None) -> dict[str, Any]:
+    """A new empty chat; a missing or blank title becomes 'New chat'."""
+    row = await _fetch_one(
+        db, "INSERT INTO chats (title) VALUES (%s) RETURNING *", (_clean_title(title),)
+    )
+    assert row is not None
+    return row
+
+
+async def get_chat(db: Db, chat_id: uuid.UUID) -> dict[str, Any] | None:
+    return await _fetch_one(db, "SELECT * FROM chats WHERE chat_id = %s", (chat_id,))
+
+
+async def list_chats(
+    db: Db, limit: int = 100, title_filter: str | None = None
+) -> list[dict[str, Any]]:
+    """Chats with the most recent activity first; `title_filter` matches part of the title,
+    ignoring case, with `%` and `_` taken literally."""
+    if title_filter:
+        escaped = title_filter.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return await _fetch_all(
+            db,
+            "SELECT * FROM chats WHERE title ILIKE %s"
+            " ORDER BY updated_at DESC, created_at DESC LIMIT %s",
+            (f"%{escaped}%", limit),
+        )
+    return await _fetch_all(
+        db, "SELECT * FROM chats ORDER BY updated_at DESC, created_at DESC LIMIT %s", (limit,)
+    )
+
+
+async def rename_chat(db: Db, chat_id: uuid.UUID, title: str) -> dict[str, Any] | None:
+    """The renamed chat, or None if it does not exist.
+
+    Leaves `updated_at` alone: renaming is not activity, so it does not move the chat to the top.
+    """
+    return await _fetch_one(
+        db,
+        "UPDATE chats SET title = %s WHERE chat_id = %s RETURNING *",
+        (_clean_title(title), chat_id),
+    )
+
+
+async def delete_chat(db: Db, chat_id: uuid.UUID) -> bool:
+    """Delete a chat and (by cascade) its messages; False if it did not exist.
+
+    Memories learned from it stay, with their source set to NULL.
+    """
+    row = await _fetch_one(db, "DELETE FROM chats WHERE chat_id = %s RETURNING chat_id", (chat_id,))
+    return row is not None
+
+
+async def set_summary(db: Db, chat_id: uuid.UUID, summary: str, upto_message_id: uuid.UUID) -> bool:
+    """Store the rolling summary covering messages up to `upto_message_id`; False if no chat."""
+    row = await _fetch_one(
+        db,
+        "UPDATE chats SET summary = %s, summary_upto_message_id = %s"
+        " WHERE chat_id = %s RETURNING chat_id",
+        (summary, upto_message_id, chat_id),
+    )
+    return row is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages
+
+
+async def add_message(
+    db: Db,
+    chat_id: uuid.UUID,
+    role: str,
+    content: str,
+    status: str = "complete",
+    sources: list[Any] | None = None,
+    steps: list[Any] | None = None,
+    tool_calls: list[Any] | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """Append a message and mark the chat as just used; raises `ChatNotFound`."""
+    _check_choice(role, ROLES, "role")
+    _check_choice(status, STATUSES, "status")
+    try:
+        async with _transaction(db) as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "INSERT INTO messages"
+                " (chat_id, role, content, status, sources, steps, tool_calls, error)"
+                f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING {_MESSAGE_COLUMNS}",
+                (
+                    chat_id,
+                    role,
+                    content,
+                    status,
+                    Jsonb(sources or []),
+                    Jsonb(steps or []),
+                    Jsonb(tool_calls or []),
+                    error,
+                ),
+            )
+            message = await cur.fetchone()
+            await cur.execute("UPDATE chats SET updated_at = now() WHERE chat_id = %s", (chat_id,))
+    except psycopg.errors.ForeignKeyViolation:
+        raise ChatNotFound(f"No chat {chat_id}") from None
+    assert message is not None
+    return message
+
+
+async def update_message(
+    db: Db,
+    message_id: uuid.UUID,
+    *,
+    content: str | None = None,
+    status: str | None = None,
+    sources: list[Any] | None = None,
+    steps: list[Any] | None = None,
+    tool_calls: list[Any] | None = None,
+    error: str | None = None,
+) -> dict[str, Any] | None:
+    """Change the given fields of a message (None means "leave as is"); None if no such message."""
+    values: dict[str, Any] = {}
+    if content is not None:
+        values["content"] = content
+    if status is not None:
+        _check_choice(status, STATUSES, "status")
+        values["status"] = status
+    for name, value in (("sources", sources), ("steps", steps), ("tool_calls", tool_calls)):
+        if value is not None:
+            values[name] = Jsonb(value)
+    if error is not None:
+        values["error"] = error
+    if not values:
+        return await _fetch_one(
+            db, f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE message_id = %s", (message_id,)
+        )
+    # Column names come from the fixed list above, never from the caller; values are parameters.
+    assignments = sql.SQL(", ").join(
+        sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in values
+    )
+    query = sql.SQL("UPDATE messages SET {} WHERE message_id = {} RETURNING {}").format(
+        assignments, sql.Placeholder("message_id"), sql.SQL(_MESSAGE_COLUMNS)
+    )
+    return await _fetch_one(db, query, {**values, "message_id": message_id})
+
+
+async def list_messages(db: Db, chat_id: uuid.UUID) -> list[dict[str, Any]]:
+    """Every message of the chat, oldest first."""
+    return await _fetch_all(
+        db,
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s ORDER BY sent_at, message_id",
+        (chat_id,),
+    )
+
+
+async def recent_messages(db: Db, chat_id: uuid.UUID, limit: int = 10) -> list[dict[str, Any]]:
+    """The latest `limit` messages of the chat, returned oldest first."""
+    return await _fetch_all(
+        db,
+        f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s"
+        " ORDER BY sent_at DESC, message_id DESC LIMIT %s) AS latest"
+        " ORDER BY sent_at, message_id",
+        (chat_id, limit),
+    )
+
+
+async def messages_after(
+    db: Db, chat_id: uuid.UUID, after_message_id: uuid.UUID | None
+) -> list[dict[str, Any]]:
+    """Messages sent after `after_message_id` (all of them if None), oldest first.
+
+    Used for the part of a chat not yet folded into its summary. If `after_message_id` is not a
+    message of this chat (e.g. it was deleted), every message is returned: better to resend too
+    much than to silently drop part of the conversation.
+    """
+    # Compare (sent_at, message_id) like the ORDER BY does, so a tie on sent_at cannot drop or
+    # repeat a message at the boundary.
+    columns = ", ".join(f"m.{name}" for name in _MESSAGE_COLUMNS.split(", "))
+    return await _fetch_all(
+        db,
+        f"SELECT {columns} FROM messages AS m"
+        " LEFT JOIN messages AS boundary"
+        "  ON boundary.message_id = %(after)s AND boundary.chat_id = %(chat)s"
+        " WHERE m.chat_id = %(chat)s AND (boundary.message_id IS NULL"
+        "  OR (m.sent_at, m.message_id) > (boundary.sent_at, boundary.message_id))"
+        " ORDER BY m.sent_at, m.message_id",
+        {"chat": chat_id, "after": after_message_id},
+    )

@@ -1,0 +1,146 @@
+"""The one settings object, read from the environment and `.env`.
+
+Every field here is listed with its default in `.env.example`. Invalid values stop start-up with a
+message naming the setting (see `load_settings`); missing optional keys switch features off.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.errors import StartupError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
+
+
+class SettingsError(StartupError):
+    """A setting has an invalid value; the message names it and is fit to show as one line."""
+
+
+class Settings(BaseSettings):
+    """Everything configurable about ResolveAI. Names match the environment variables."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    # Server
+    app_host: str = "127.0.0.1"
+    app_port: int = Field(8000, ge=1, le=65535)
+    app_data_dir: Path = Path("./data")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    # Database: unset means an embedded Postgres in $APP_DATA_DIR/pg.
+    database_url: str | None = None
+    db_pool_min_size: int = Field(1, ge=0)
+    db_pool_max_size: int = Field(10, ge=1)
+    db_connect_timeout: float = Field(10.0, gt=0)
+
+    # Embeddings
+    embed_model_name: str = DEFAULT_EMBED_MODEL
+
+    # Language models
+    models_config: Path = PROJECT_ROOT / "core" / "models.yaml"
+    local_model_path: Path | None = None
+    local_model_context: int = Field(8192, ge=512)
+    local_model_threads: int | None = Field(None, ge=1)
+    local_model_max_tokens: int = Field(1024, ge=16)
+    scripted_turns_file: Path | None = None
+
+    # Provider keys (optional: a missing key leaves that provider out)
+    groq_api_key: SecretStr | None = None
+    gemini_api_key: SecretStr | None = None
+    openrouter_api_key: SecretStr | None = None
+    tavily_api_key: SecretStr | None = None
+
+    # Tracing (optional)
+    langfuse_public_key: SecretStr | None = None
+    langfuse_secret_key: SecretStr | None = None
+    langfuse_host: str = "https://cloud.langfuse.com"
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_is_postgres(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// or postgres://")
+        return value.strip()
+
+    @field_validator(
+        "groq_api_key",
+        "gemini_api_key",
+        "openrouter_api_key",
+        "tavily_api_key",
+        "langfuse_public_key",
+        "langfuse_secret_key",
+        mode="before",
+    )
+    @classmethod
+    def _blank_key_is_missing(cls, value: object) -> object:
+        # `.env.example` lists keys as `GROQ_API_KEY=`; an empty value means "not set".
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator(
+        "local_model_path",
+        "scripted_turns_file",
+        "models_config",
+        "local_model_threads",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_default(cls, value: object, info: ValidationInfo) -> object:
+        # An empty `NAME=` line in .env means "use the default", like a missing line.
+        if isinstance(value, str) and not value.strip():
+            return cls.model_fields[info.field_name].default
+        return value
+
+    @property
+    def pg_data_dir(self) -> Path:
+        return self.app_data_dir.resolve() / "pg"
+
+    @property
+    def langfuse_enabled(self) -> bool:
+        return self.langfuse_public_key is not None and self.langfuse_secret_key is not None
+
+    def secret(self, env_name: str) -> str | None:
+        """A key named like its environment variable, from the settings or else the environment."""
+        field = env_name.lower()
+        if field in type(self).model_fields:
+            value = getattr(self, field)
+            if isinstance(value, SecretStr):
+                return value.get_secret_value()
+            return value
+        return os.environ.get(env_name) or None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per invalid setting, named as its environment variable."""
+    parts = []
+    for item in error.errors():
+        name = ".".join(str(p) for p in item["loc"]).upper() or "settings"
+        value = item.get("input")
+        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        parts.append(f"{name}{shown}: {item['msg']}")
+    return "Invalid setting " + "; ".join(parts)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings, turning pydantic's error into a `SettingsError` that names the setting."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as error:
+        raise SettingsError(describe_validation_error(error)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (read once; settings never change while the server runs)."""
+    return load_settings()

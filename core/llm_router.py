@@ -1,0 +1,155 @@
+"""The one LiteLLM Router every model call goes through.
+
+`models.yaml` (LiteLLM's `model_list` format) names a deployment group per role plus fallbacks.
+Here we resolve keys from the settings, leave out deployments whose key is missing, let a role with
+no deployment borrow its first remaining fallback, and register the in-process providers (`local`
+llama.cpp and the `scripted` test model). Retries, fallbacks and timeouts are the Router's.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+import yaml
+from litellm import Router
+
+from core.config import Settings
+from core.errors import StartupError
+from core.inprocess_provider import InProcessProvider
+
+log = logging.getLogger("resolveai.models")
+
+ROLES = ("chat", "utility")
+ENV_PREFIX = "os.environ/"
+
+
+@dataclass
+class ModelPlan:
+    """What the Router will be built from, after keys were checked."""
+
+    model_list: list[dict[str, Any]]
+    fallbacks: list[dict[str, list[str]]]
+    router_settings: dict[str, Any] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+
+    def deployments(self, group: str) -> list[str]:
+        return [d["litellm_params"]["model"] for d in self.model_list if d["model_name"] == group]
+
+    def fallbacks_of(self, group: str) -> list[str]:
+        for entry in self.fallbacks:
+            if group in entry:
+                return entry[group]
+        return []
+
+    def describe(self, role: str) -> str:
+        """E.g. 'groq/openai/gpt-oss-120b, then openrouter/openai/gpt-oss-120b, then local/…'."""
+        chain = self.deployments(role)
+        for group in self.fallbacks_of(role):
+            chain += [m for m in self.deployments(group) if m not in chain]
+        return ", then ".join(chain)
+
+
+def plan_models(settings: Settings) -> ModelPlan:
+    """Read MODELS_CONFIG and decide which deployments and fallbacks are usable."""
+    try:
+        config = yaml.safe_load(settings.models_config.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise StartupError(
+            f"Invalid setting MODELS_CONFIG = {str(settings.models_config)!r}: {error}"
+        ) from None
+    router_settings = dict(config.get("router_settings") or {})
+    raw_fallbacks = router_settings.pop("fallbacks", None) or config.get("fallbacks") or []
+
+    model_list, left_out = [], []
+    for deployment in config.get("model_list") or []:
+        params = copy.deepcopy(deployment["litellm_params"])
+        missing = _resolve_keys(params, settings)
+        if missing:
+            left_out.append(f"{params['model']} (no {', '.join(missing)})")
+            continue
+        model_list.append({**deployment, "litellm_params": params})
+
+    available = {d["model_name"] for d in model_list}
+    fallbacks = []
+    for entry in raw_fallbacks:
+        for group, targets in entry.items():
+            usable = [t for t in targets if t in available]
+            if usable:
+                fallbacks.append({group: usable})
+    plan = ModelPlan(model_list, fallbacks, router_settings, left_out)
+
+    for role in ROLES:
+        if role in available:
+            continue
+        substitute = next(iter(plan.fallbacks_of(role)), None)
+        if substitute is None:
+            raise StartupError(
+                f"No model can serve the '{role}' role: check MODELS_CONFIG "
+                f"({settings.models_config}) and the provider keys"
+            )
+        # The role borrows its first fallback's deployments, and keeps the rest of the chain.
+        plan.model_list += [
+            {**copy.deepcopy(d), "model_name": role}
+            for d in model_list
+            if d["model_name"] == substitute
+        ]
+        rest = plan.fallbacks_of(role)[1:]
+        plan.fallbacks = [e for e in plan.fallbacks if role not in e]
+        if rest:
+            plan.fallbacks.append({role: rest})
+    return plan
+
+
+def _resolve_keys(params: dict[str, Any], settings: Settings) -> list[str]:
+    """Replace `os.environ/NAME` values with the setting's value; return names that are unset."""
+    missing = []
+    for name, value in params.items():
+        if isinstance(value, str) and value.startswith(ENV_PREFIX):
+            env_name = value.removeprefix(ENV_PREFIX)
+            resolved = settings.secret(env_name)
+            if resolved is None:
+                missing.append(env_name)
+            else:
+                params[name] = resolved
+    return missing
+
+
+def register_provider(name: str, handler: InProcessProvider) -> None:
+    """Make `name/<model>` route to an in-process provider (replacing an earlier registration)."""
+    litellm.custom_provider_map = [
+        item for item in litellm.custom_provider_map if item["provider"] != name
+    ] + [{"provider": name, "custom_handler": handler}]
+
+
+def build_router(settings: Settings, plan: ModelPlan | None = None) -> Router:
+    """The Router for `plan` (or the settings' plan), with the in-process providers registered."""
+    plan = plan or plan_models(settings)
+    used = {d["litellm_params"]["model"].split("/", 1)[0] for d in plan.model_list}
+    if "local" in used:
+        from core.local_llm import LocalLlamaProvider
+
+        register_provider("local", LocalLlamaProvider(settings))
+    if "scripted" in used:
+        from core.scripted_llm import ScriptedProvider
+
+        register_provider("scripted", ScriptedProvider(settings.scripted_turns_file))
+    return Router(model_list=plan.model_list, fallbacks=plan.fallbacks, **plan.router_settings)
+
+
+def provider_handler(name: str) -> InProcessProvider | None:
+    """The registered in-process provider called `name`, if any (tests script it through this)."""
+    for item in litellm.custom_provider_map:
+        if item["provider"] == name:
+            return item["custom_handler"]  # type: ignore[return-value]
+    return None
+
+
+def log_model_plan(plan: ModelPlan) -> None:
+    for entry in plan.left_out:
+        log.info("Models: left out %s", entry)
+    for role in ROLES:
+        log.info("%s model: %s", role.capitalize(), plan.describe(role))

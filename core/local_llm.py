@@ -1,0 +1,594 @@
+"""The in-process local model: llama.cpp running a small GGUF model, served to LiteLLM as `local`.
+
+It is the model of last resort (no API key, provider down) and must never stall the server, so:
+
+- nothing is loaded until the first call; the weights are assembled/verified by `model_weights`;
+- loading and generating run in a worker thread; tokens cross to the event loop through an
+  `asyncio.Queue` fed with `loop.call_soon_threadsafe`;
+- one generation at a time per process (the model and its KV cache are one compute resource);
+- when the consumer stops iterating (client gone, task cancelled), a stop flag checked between
+  prompt batches and after every sampled token ends the work within about one token.
+
+The prompt is the GGUF's own chat template, given the tools, so Qwen writes `<tool_call>` tags
+that `core.tool_calls` turns into structured calls. Prompt reuse across turns: llama-cpp-python
+keeps the KV cache of the last prompt and only evaluates the new suffix; a `LlamaRAMCache` keeps
+the states of earlier prompts too, so a chat turn that follows a utility call (a different prompt
+that replaced the KV cache) still restores its conversation's prefix instead of re-reading it all.
+
+`python -m core.local_llm` measures load time, time to first token and tokens/s on a realistic
+two-turn conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.config import Settings
+from core.errors import StartupError
+from core.inprocess_provider import (
+    InProcessProvider,
+    ProviderEvent,
+    ProviderFailure,
+    TextDelta,
+    ToolCallRequest,
+    UsageReport,
+)
+from core.model_weights import ensure_local_model
+from core.tool_calls import ToolCallStreamFilter
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+log = logging.getLogger("resolveai.models")
+
+DEFAULT_MODEL_LABEL = "qwen2.5-coder-1.5b"
+DEFAULT_TEMPERATURE = 0.2
+# Saved prompt states (KV cache of ~28 KB per token for this model): room for several
+# conversations' prefixes at a few thousand tokens each.
+PROMPT_CACHE_BYTES = 768 * 1024 * 1024
+# A prompt must leave at least this much room in the context for the reply.
+MIN_REPLY_TOKENS = 16
+# Evaluating the prompt in slices of this many tokens lets a stop request end it between slices.
+PROMPT_SLICE = 128
+
+
+@dataclass
+class GenerationStats:
+    """Figures of the last generation (for logs and `python -m core.local_llm`)."""
+
+    prompt_tokens: int
+    reused_tokens: int  # prompt tokens restored from the KV/prompt cache instead of evaluated
+    first_token_s: float  # from the start of prompt processing to the first text piece
+    completion_tokens: int
+    tokens_per_s: float  # generation speed after the first token
+
+
+@dataclass
+class _Loaded:
+    llm: Llama
+    formatter: Jinja2ChatFormatter
+    stop: list[str]
+
+
+class LocalLlamaProvider(InProcessProvider):
+    """Serves `local/<anything>` from one llama.cpp model in this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.threads = settings.local_model_threads or len(os.sched_getaffinity(0))
+        self._loaded: _Loaded | None = None
+        self._load_error: str | None = None
+        self._load_lock = threading.Lock()
+        # One generation at a time: the model's KV cache is shared state.
+        self._model_lock = threading.Lock()
+        self._running: set[threading.Event] = set()  # stop flags of the generations under way
+        self.last_stats: GenerationStats | None = None
+
+    @property
+    def model_label(self) -> str:
+        path = self.settings.local_model_path
+        return path.stem if path is not None else DEFAULT_MODEL_LABEL
+
+    def describe(self) -> str:
+        return f"local {self.model_label} (llama.cpp, {self.threads} threads)"
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    def close(self) -> None:
+        """Free the model (waits for a running generation to notice its stop flag, briefly)."""
+        with self._load_lock:
+            loaded, self._loaded = self._loaded, None
+        if loaded is None:
+            return
+        for stop in list(self._running):
+            stop.set()
+        if self._model_lock.acquire(timeout=10):
+            try:
+                loaded.llm.close()
+            finally:
+                self._model_lock.release()
+
+    async def preload(self) -> None:
+        """Load the model now (in a worker thread), e.g. in the background after start-up."""
+        await asyncio.to_thread(self._ensure_loaded)
+
+    async def generate(
+        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+    ) -> AsyncIterator[ProviderEvent]:
+        tools = [] if params.get("tool_choice") == "none" else list(params.get("tools") or [])
+        tool_names = {
+            tool["function"]["name"]
+            for tool in tools
+            if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
+        }
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+
+        def emit(kind: str, value: Any = None) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # the event loop is gone: nobody is listening any more
+                stop.set()
+
+        worker = threading.Thread(
+            target=self._work,
+            args=(messages, params, tools, stop, emit),
+            name="local-llm",
+            daemon=True,
+        )
+        self._running.add(stop)
+        worker.start()
+        filter_ = ToolCallStreamFilter(tool_names)
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "text":
+                    shown = filter_.feed(value)
+                    if shown:
+                        yield TextDelta(shown)
+                elif kind == "error":
+                    raise value
+                else:  # "done"
+                    break
+            rest, calls = filter_.finish()
+            if rest:
+                yield TextDelta(rest)
+            for name, arguments in calls:
+                yield ToolCallRequest(name=name, arguments=arguments)
+            yield UsageReport(prompt_tokens=value[0], completion_tokens=value[1])
+        finally:
+            # Reached on normal end, error, `aclose()` and cancellation alike.
+            stop.set()
+            self._running.discard(stop)
+
+    # --- worker thread ---------------------------------------------------------------------
+
+    def _work(
+        self,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        tools: list[dict[str, Any]],
+        stop: threading.Event,
+        emit: Callable[..., None],
+    ) -> None:
+        try:
+            loaded = self._ensure_loaded()
+            with self._model_lock:
+                if self._loaded is not loaded:
+                    raise ProviderFailure("Local model: the model was closed")
+                finished = not stop.is_set() and self._generate(
+                    loaded, messages, params, tools, stop, emit
+                )
+            if not finished:
+                # Usually nobody listens any more; if someone does (`close()`), they must not
+                # take a cut-off reply for a whole one.
+                emit("error", ProviderFailure("Local model: generation stopped"))
+        except ProviderFailure as error:
+            emit("error", error)
+        except Exception as error:
+            log.exception("Local model: generation failed")
+            emit("error", ProviderFailure(f"Local model failed: {error}"))
+
+    def _ensure_loaded(self) -> _Loaded:
+        with self._load_lock:
+            if self._loaded is not None:
+                return self._loaded
+            if self._load_error is not None:
+                # Bad weights or a broken build do not fix themselves; fail fast until restart.
+                raise ProviderFailure(self._load_error)
+            try:
+                self._loaded = self._load()
+            except ProviderFailure as error:
+                self._load_error = error.message
+                raise
+            return self._loaded
+
+    def _load(self) -> _Loaded:
+        try:
+            path = ensure_local_model(self.settings)
+        except StartupError as error:
+            raise ProviderFailure(str(error)) from None
+        try:
+            import llama_cpp
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError as error:
+            raise ProviderFailure(f"Local model: llama-cpp-python is not usable: {error}") from None
+
+        log.info(
+            "Local model: loading %s (%d threads, context %d tokens)",
+            _shown(path),
+            self.threads,
+            self.settings.local_model_context,
+        )
+        started = time.monotonic()
+        try:
+            llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=self.settings.local_model_context,
+                n_threads=self.threads,
+                n_threads_batch=self.threads,
+                verbose=False,
+            )
+        except Exception as error:
+            raise ProviderFailure(
+                f"Local model: llama.cpp could not load {path}: {error}"
+            ) from None
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ProviderFailure(f"Local model: {path.name} has no chat template in its metadata")
+        eos_id, bos_id = llm.token_eos(), llm.token_bos()
+        eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
+        bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""
+        formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        # With logits_all=False llama-cpp-python never fills `scores` (sampling reads the logits
+        # in llama.cpp), yet allocates n_batch × n_vocab floats (311 MB here) and copies them into
+        # every saved prompt state. One row keeps every code path working without that cost.
+        if not getattr(llm, "_logits_all", True):
+            import numpy as np
+
+            llm.scores = np.zeros((1, llm.n_vocab()), dtype=np.single)
+        llm.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=PROMPT_CACHE_BYTES))
+        # Free the model before interpreter teardown: llama-cpp-python's own finaliser fails
+        # noisily once module globals are gone. A weak reference keeps the provider collectable.
+        atexit.register(_close_at_exit, weakref.ref(self))
+        log.info("Local model: loaded in %.1f s", time.monotonic() - started)
+        return _Loaded(llm=llm, formatter=formatter, stop=[eos] if eos else [])
+
+    def _generate(
+        self,
+        loaded: _Loaded,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        tools: list[dict[str, Any]],
+        stop: threading.Event,
+        emit: Callable[..., None],
+    ) -> bool:
+        """Stream one reply through `emit`: "text" pieces, then "done" with the token counts.
+
+        Returns False if a stop request ended it first (then "done" was not emitted).
+        """
+        import llama_cpp
+
+        llm = loaded.llm
+        try:
+            prompt = loaded.formatter(messages=_template_messages(messages), tools=tools or None)
+        except Exception as error:
+            raise ProviderFailure(
+                f"Local model: could not render the chat template: {error}", status_code=400
+            ) from None
+        tokens = llm.tokenize(
+            prompt.prompt.encode("utf-8"), add_bos=llm._model.add_bos_token(), special=True
+        )
+        n_ctx = llm.n_ctx()
+        if len(tokens) + MIN_REPLY_TOKENS > n_ctx:
+            raise ProviderFailure(
+                f"Local model: the conversation is {len(tokens)} tokens, more than its context "
+                f"window of {n_ctx} tokens allows (LOCAL_MODEL_CONTEXT)",
+                status_code=400,
+            )
+
+        started = time.monotonic()
+        reused = self._prefill(llm, tokens, stop)
+        if stop.is_set():
+            return False
+
+        sampled = 0
+
+        def sampled_token(_ids: Any, _logits: Any) -> bool:
+            # Called by llama-cpp-python after each sampled token (and once after the loop).
+            nonlocal sampled
+            sampled += 1
+            return stop.is_set()
+
+        stops = list(loaded.stop)
+        if tools:
+            # A small model sometimes goes on to invent the tool's answer; the call is complete.
+            stops.append("<tool_response>")
+        extra = params.get("stop")
+        stops += [extra] if isinstance(extra, str) else list(extra or [])
+        max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
+        options: dict[str, Any] = {}
+        if params.get("top_p") is not None:
+            options["top_p"] = float(params["top_p"])
+        if params.get("seed") is not None:
+            options["seed"] = int(params["seed"])
+        stream = llm.create_completion(
+            tokens,
+            stream=True,
+            max_tokens=int(max_tokens or self.settings.local_model_max_tokens),
+            temperature=float(
+                DEFAULT_TEMPERATURE
+                if params.get("temperature") is None
+                else params.get("temperature")
+            ),
+            stop=stops,
+            stopping_criteria=llama_cpp.StoppingCriteriaList([sampled_token]),
+            **options,
+        )
+        first_token_at: float | None = None
+        reported = False
+        try:
+            for chunk in stream:  # type: ignore[union-attr]
+                if stop.is_set():
+                    break  # closing the stream below also skips saving this prompt's state
+                choice = chunk["choices"][0]
+                if choice["text"]:
+                    if first_token_at is None:
+                        first_token_at = time.monotonic()
+                    emit("text", choice["text"])
+                if choice["finish_reason"] is not None:
+                    # Report the end now; the loop goes on only while llama-cpp-python saves the
+                    # prompt state into the cache (under the model lock, off the consumer's path).
+                    completion = max(sampled - 1, 0)  # minus the check after the loop
+                    self.last_stats = _stats(
+                        len(tokens), reused, completion, started, first_token_at
+                    )
+                    emit("done", (len(tokens), completion))
+                    reported = True
+        finally:
+            stream.close()  # type: ignore[union-attr]
+        return reported
+
+    @staticmethod
+    def _prefill(llm: Llama, tokens: list[int], stop: threading.Event) -> int:
+        """Bring the KV cache to hold `tokens`, reusing the longest cached prefix; return its size.
+
+        This is what llama-cpp-python's `create_completion` does on its own (RAM cache lookup,
+        then prefix match with the live KV cache), done first and in slices so a stop request is
+        honoured during a long prompt too. The completion then finds the whole prompt evaluated.
+        """
+        from llama_cpp import Llama
+
+        reused = Llama.longest_token_prefix(llm._input_ids.tolist(), tokens)
+        if llm.cache is not None:
+            try:
+                state = llm.cache[tokens]
+            except KeyError:
+                state = None
+            if state is not None:
+                cached = Llama.longest_token_prefix(
+                    state.input_ids[: state.n_tokens].tolist(), tokens
+                )
+                if cached > reused:
+                    llm.load_state(state)
+                    reused = cached
+        if reused >= len(tokens):
+            # The whole prompt is cached; `generate` re-decodes its last token for fresh logits.
+            return reused
+        llm.n_tokens = reused  # `eval` drops the KV cache from here on
+        for start in range(reused, len(tokens), PROMPT_SLICE):
+            if stop.is_set():
+                break
+            llm.eval(tokens[start : start + PROMPT_SLICE])
+        return reused
+
+
+def _close_at_exit(provider: weakref.ref[LocalLlamaProvider]) -> None:
+    instance = provider()
+    if instance is not None:
+        instance.close()
+
+
+def _stats(
+    prompt: int, reused: int, completion: int, started: float, first_token_at: float | None
+) -> GenerationStats:
+    now = time.monotonic()
+    first = (first_token_at or now) - started
+    rate = (completion - 1) / (now - first_token_at) if first_token_at and completion > 1 else 0.0
+    stats = GenerationStats(prompt, reused, first, completion, rate)
+    log.debug(
+        "Local model: %d prompt tokens (%d reused), first token after %.2f s, "
+        "%d tokens at %.1f tokens/s",
+        prompt,
+        reused,
+        first,
+        completion,
+        rate,
+    )
+    return stats
+
+
+def _template_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """OpenAI-style messages as the GGUF chat template expects them.
+
+    Content becomes a plain string (None → "", parts → their text), and assistant tool calls get
+    their `arguments` as a dict: Qwen's template applies `tojson` to them, which would otherwise
+    write a JSON string inside the JSON.
+    """
+    result = []
+    for message in messages:
+        if not isinstance(message, dict):
+            message = message.model_dump() if hasattr(message, "model_dump") else dict(message)
+        role = {"developer": "system", "function": "tool"}.get(message["role"], message["role"])
+        item: dict[str, Any] = {"role": role, "content": _text_of(message.get("content"))}
+        if message.get("name"):
+            item["name"] = message["name"]
+        calls = message.get("tool_calls")
+        if role == "assistant" and calls:
+            item["tool_calls"] = [_template_tool_call(call) for call in calls]
+        result.append(item)
+    return result
+
+
+def _template_tool_call(call: Any) -> dict[str, Any]:
+    if not isinstance(call, dict):
+        call = call.model_dump() if hasattr(call, "model_dump") else dict(call)
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        # Unreadable arguments stay text: the model then sees what it wrote.
+        with contextlib.suppress(json.JSONDecodeError):
+            function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+    return {"id": call.get("id"), "type": "function", "function": function}
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return str(content)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# --- `python -m core.local_llm`: measure this machine ----------------------------------------
+
+_BENCH_SYSTEM = (
+    "You are ResolveAI, a helpful, honest and concise assistant running on the user's own server. "
+    "You remember what the user told you in earlier conversations through saved memories, and "
+    "you can search the web when a question needs fresh or specific facts. Follow these rules. "
+    "Answer in the user's language, in plain words, and keep answers short unless the user asks "
+    "for detail. Use Markdown for lists, tables and code, and always name the language of a code "
+    "block. When you are not sure about a fact, say so instead of guessing, and offer to search. "
+    "Use the web_search tool for news, prices, versions, schedules, people and anything that may "
+    "have changed after your training; cite the pages you used with their titles and addresses. "
+    "Use the save_memory tool when the user shares a lasting preference or fact about themselves, "
+    "such as their name, job, projects, tools they use or how they like answers written; do not "
+    "save passing details, secrets, passwords or anything the user asks you to forget. Never "
+    "invent tool results: call the tool and wait for its answer. Do not call a tool when you can "
+    "answer from the conversation. When the user asks for code, give a complete, working example "
+    "with brief comments, point out edge cases and explain how to run it. When the user reports "
+    "an error, ask for the exact message and the command that produced it if they are missing, "
+    "then explain the likely cause first and the fix second. Be friendly but not chatty, avoid "
+    "filler phrases, and never pretend to have done something you did not do. If a request is "
+    "unsafe or against the law, decline briefly and suggest a safer alternative. Today the user "
+    "is working on a small Python web service and may ask about FastAPI, Postgres and testing."
+)
+_BENCH_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "web_search",
+            "description": "Search the web and return the most relevant pages with snippets.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What to search for"},
+                    "max_results": {"type": "integer", "description": "At most this many pages"},
+                },
+                "required": ["query"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "save_memory",
+            "description": "Remember a lasting fact or preference about the user.",
+            "parameters": {
+                "type": "object",
+                "properties": {"content": {"type": "string", "description": "The fact to keep"}},
+                "required": ["content"],
+            },
+        },
+    },
+]
+
+
+async def _bench_turn(
+    provider: LocalLlamaProvider, label: str, messages: list[dict[str, Any]], **params: Any
+) -> str:
+    text = []
+    async for event in provider.generate("bench", messages, params):
+        if isinstance(event, TextDelta):
+            text.append(event.text)
+    stats = provider.last_stats
+    assert stats is not None
+    print(
+        f"{label}: {stats.prompt_tokens} prompt tokens ({stats.reused_tokens} reused), "
+        f"first token {stats.first_token_s:.2f} s, {stats.completion_tokens} tokens "
+        f"at {stats.tokens_per_s:.1f} tokens/s"
+    )
+    return "".join(text)
+
+
+async def _benchmark(settings: Settings) -> None:
+    started = time.monotonic()
+    path = ensure_local_model(settings)
+    print(f"weights ready: {path} in {time.monotonic() - started:.1f} s")
+    provider = LocalLlamaProvider(settings)
+    started = time.monotonic()
+    await provider.preload()
+    print(f"model loaded in {time.monotonic() - started:.1f} s ({provider.describe()})")
+    chat = [
+        {"role": "system", "content": _BENCH_SYSTEM},
+        {"role": "user", "content": "How do I read an environment variable in Python?"},
+        {
+            "role": "assistant",
+            "content": 'Use `os.environ`: `os.environ.get("NAME", "default")` returns the '
+            'value or the default, while `os.environ["NAME"]` raises `KeyError` if it is '
+            "not set.",
+        },
+        {"role": "user", "content": "And how do I give it a type, like an int with a default?"},
+    ]
+    options = {"tools": _BENCH_TOOLS, "max_tokens": 96, "temperature": 0.0}
+    reply = await _bench_turn(provider, "first turn", chat, **options)
+    utility = [
+        {"role": "system", "content": "Summarise the conversation in one sentence."},
+        {"role": "user", "content": "\n".join(str(m["content"]) for m in chat[1:])},
+    ]
+    await _bench_turn(provider, "utility call in between", utility, max_tokens=32)
+    chat += [
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "Thanks. Can I do the same for a boolean flag?"},
+    ]
+    await _bench_turn(provider, "follow-up turn", chat, **options)
+    provider.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from core.config import get_settings
+
+    asyncio.run(_benchmark(get_settings()))

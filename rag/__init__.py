@@ -1,0 +1,1 @@
+"""Retrieval pieces: the local embedding model and (later) the web search pipeline."""

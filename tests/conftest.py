@@ -1,0 +1,69 @@
+"""Shared test fixtures: one embedded Postgres for the whole test session.
+
+Starting the embedded server costs seconds the first time, so `database` is session-scoped; tests
+that write create their own chats so they do not depend on each other or on order.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from core.config import Settings, load_settings
+from core.db import Database
+
+# Tests reach nothing beyond loopback: no model hub, no cost-map fetch.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="session")
+def settings(data_dir: Path) -> Settings:
+    # _env_file=None: a developer's .env (say, a DATABASE_URL) must not leak into the tests.
+    return load_settings(_env_file=None, app_data_dir=data_dir, database_url=None)
+
+
+@pytest.fixture(scope="session")
+async def database(settings: Settings) -> AsyncIterator[Database]:
+    db = await Database.open(settings)
+    yield db
+    await db.close()
+
+
+@pytest.fixture(scope="session")
+def pool(database: Database) -> AsyncConnectionPool:
+    return database.pool
+
+
+@pytest.fixture
+async def fresh_database(database: Database) -> AsyncIterator[str]:
+    """Conninfo of a new, empty database on the session's server, dropped after the test.
+
+    For tests that need a database nobody else writes to (migrating from nothing, counting every
+    row of a table).
+    """
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
+        # CREATE DATABASE cannot take parameters; the name is generated above, never user input.
+        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield database.conninfo_for(name)
+    finally:
+        async with await psycopg.AsyncConnection.connect(
+            database.conninfo, autocommit=True
+        ) as conn:
+            await conn.execute(
+                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+            )

@@ -1,0 +1,79 @@
+"""The real bundled embedding model: shape, normalization, meaning, batches, tokens, no blocking."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from core.errors import StartupError
+from rag.embedder import EMBED_DIMENSIONS, Embedder
+
+
+@pytest.fixture(scope="session")
+async def embedder() -> Embedder:
+    model = Embedder()
+    await model.load()
+    return model
+
+
+async def test_vectors_are_normalized_and_384_wide(embedder: Embedder) -> None:
+    vectors = await embedder.embed_documents(["The cat sat on the mat.", "Stocks fell sharply."])
+    assert vectors.shape == (2, EMBED_DIMENSIONS)
+    assert vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+
+
+async def test_similar_meanings_are_closer(embedder: Embedder) -> None:
+    query = await embedder.embed_query("What pet does the user have?")
+    documents = await embedder.embed_documents(
+        ["The user owns a golden retriever named Max.", "The user works as a tax accountant."]
+    )
+    scores = documents @ query
+    assert scores[0] > scores[1] + 0.1
+
+
+async def test_batch_matches_one_by_one(embedder: Embedder) -> None:
+    texts = [f"Sentence number {i} about Warsaw's bridges." for i in range(70)]
+    batch = await embedder.embed_documents(texts)
+    single = await embedder.embed_documents([texts[42]])
+    assert batch.shape == (70, EMBED_DIMENSIONS)
+    assert np.allclose(batch[42], single[0], atol=1e-4)
+    assert (await embedder.embed_documents([])).shape == (0, EMBED_DIMENSIONS)
+
+
+def test_tokenizer_counts_model_tokens(embedder: Embedder) -> None:
+    assert embedder.max_seq_length == 256
+    assert embedder.count_tokens("hello world") == 4  # [CLS] hello world [SEP]
+    assert embedder.count_tokens("word " * 300) > 256  # counting never truncates
+
+
+async def test_encoding_does_not_block_the_event_loop(embedder: Embedder) -> None:
+    texts = ["A long enough sentence to keep the model busy for a moment."] * 256
+    ticks = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    task = asyncio.create_task(ticker())
+    started = time.perf_counter()
+    await embedder.embed_documents(texts)
+    elapsed = time.perf_counter() - started
+    stop = True
+    await task
+    # The loop kept ticking while the model ran (at least a third of the possible ticks).
+    assert elapsed > 0.05
+    assert ticks >= elapsed / 0.005 / 3
+
+
+async def test_unknown_model_names_the_setting() -> None:
+    model = Embedder("no-such-org/no-such-model")
+    with pytest.raises(StartupError, match="EMBED_MODEL_NAME"):
+        await model.load()
+    assert model.state == "failed"

@@ -1,0 +1,199 @@
+"""The real run command (`python server.py`) as a new user runs it: start-up log, health, restarts,
+two processes on one data folder, and one-line errors for bad configuration."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.config import PROJECT_ROOT, load_settings
+from core.db import Database
+
+START_TIMEOUT = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.endswith("_API_KEY") and not key.startswith(("LANGFUSE_", "DATABASE_URL"))
+    }
+    env.update(APP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", **extra)
+    return env
+
+
+class RunningServer:
+    """`python server.py` in a subprocess, its output collected in a file."""
+
+    def __init__(self, data_dir: Path, log_path: Path, **extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "server.py"],
+            cwd=PROJECT_ROOT,
+            env=server_env(data_dir, APP_PORT=str(self.port), **extra),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_healthy(self) -> dict:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited early:\n{self.output()}")
+            try:
+                response = httpx.get(f"{self.url}/api/health", timeout=5)
+                if response.status_code == 200:
+                    return response.json()
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"server not healthy in {START_TIMEOUT} s:\n{self.output()}")
+
+    def stop(self) -> int:
+        """SIGTERM, as a service manager would; uvicorn shuts down, then re-raises the signal."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def output(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator:
+    servers: list[RunningServer] = []
+
+    def start(data_dir: Path, **extra: str) -> RunningServer:
+        server = RunningServer(data_dir, tmp_path / f"server{len(servers)}.log", **extra)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def run_server_expecting_failure(tmp_path: Path, **extra: str) -> tuple[int, str]:
+    result = subprocess.run(
+        [sys.executable, "server.py"],
+        cwd=PROJECT_ROOT,
+        env=server_env(tmp_path / "data", **{"APP_PORT": str(free_port()), **extra}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_first_start_with_no_configuration(tmp_path: Path, start_server) -> None:
+    server = start_server(tmp_path / "data")
+    health = server.wait_healthy()
+    assert health["ok"] is True
+    assert health["database"]["ok"] is True
+    assert health["embedder"] == {"model": "all-MiniLM-L6-v2", "state": "ready"}
+    assert health["models"]["chat"].startswith("local/qwen2.5-coder-1.5b")
+    assert health["local_model"] == "not loaded"  # loads on first use, not at start
+    page = httpx.get(server.url + "/", timeout=5)
+    assert page.status_code == 200 and "ResolveAI" in page.text
+
+    assert server.stop() in (0, -signal.SIGTERM)
+    log = server.output()
+    for line in (
+        "Database: embedded Postgres 18 at",
+        "Database: applied migration 0001_init",
+        "Embedder: all-MiniLM-L6-v2 (bundled, offline), 384 dims",
+        "Chat model: local/qwen2.5-coder-1.5b-instruct",
+        "Utility model: local/qwen2.5-coder-1.5b-instruct",
+        "Web search: off (TAVILY_API_KEY not set)",
+        "Tracing: off",
+        "ResolveAI is ready",
+        "ResolveAI stopped",
+    ):
+        assert line in log, f"missing {line!r} in:\n{log}"
+    assert "Traceback" not in log
+
+
+async def test_two_processes_share_one_data_folder_and_restarts_keep_data(
+    tmp_path: Path, start_server
+) -> None:
+    data_dir = tmp_path / "data"
+    first, second = start_server(data_dir), start_server(data_dir)
+    first.wait_healthy()
+    second.wait_healthy()
+
+    settings = load_settings(_env_file=None, app_data_dir=data_dir)
+    database = await Database.open(settings)
+    try:
+        async with database.pool.connection() as conn:
+            applied = await (
+                await conn.execute("SELECT count(*) FROM schema_migrations")
+            ).fetchone()
+            cursor = await conn.execute(
+                "INSERT INTO chats (title) VALUES (%s) RETURNING chat_id", ("kept across restarts",)
+            )
+            chat_id = (await cursor.fetchone())[0]
+        assert applied[0] == len(list((PROJECT_ROOT / "core" / "migrations").glob("*.sql")))
+    finally:
+        await database.close()
+
+    assert first.stop() in (0, -signal.SIGTERM)
+    assert second.wait_healthy()["database"]["ok"] is True  # the other's exit left Postgres up
+    assert second.stop() in (0, -signal.SIGTERM)
+
+    restarted = start_server(data_dir)
+    restarted.wait_healthy()
+    database = await Database.open(settings)
+    try:
+        async with database.pool.connection() as conn:
+            row = await (
+                await conn.execute("SELECT title FROM chats WHERE chat_id = %s", (chat_id,))
+            ).fetchone()
+        assert row == ("kept across restarts",)
+    finally:
+        await database.close()
+    assert "applied migration" not in restarted.output()
+
+
+def test_wrong_database_url_is_one_clear_line(tmp_path: Path) -> None:
+    code, output = run_server_expecting_failure(
+        tmp_path, DATABASE_URL="postgresql://app:hunter2@127.0.0.1:1/nowhere"
+    )
+    assert code != 0
+    errors = [line for line in output.splitlines() if "Cannot start:" in line]
+    assert len(errors) == 1, output
+    assert "DATABASE_URL" in errors[0]
+    assert "Traceback" not in output
+    assert "hunter2" not in output
+
+
+def test_invalid_setting_is_one_clear_line(tmp_path: Path) -> None:
+    code, output = run_server_expecting_failure(tmp_path, APP_PORT="not-a-port")
+    assert code == 2
+    assert "Invalid setting APP_PORT" in output
+    assert "Traceback" not in output
