@@ -14,10 +14,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from chat.routes import router as chat_router
 from core.config import Settings, get_settings
 from core.errors import StartupError
 from core.logs import configure_logging, report_startup_failure
@@ -27,26 +29,40 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 log = logging.getLogger("resolveai")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The app; `settings` defaults to the environment's (tests pass their own)."""
+def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
+    """The app. Settings default to the environment's; tests may hand in services they opened
+    (and then close them themselves)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if services is not None:
+            app.state.services = services
+            yield
+            return
         try:
             active = settings or get_settings()
-            services = await open_services(active)
+            opened = await open_services(active)
         except StartupError as error:
             report_startup_failure(str(error))
             raise
-        app.state.services = services
+        app.state.services = opened
         log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
         try:
             yield
         finally:
-            await services.close()
+            await opened.close()
             log.info("ResolveAI stopped")
 
     app = FastAPI(title="ResolveAI", lifespan=lifespan)
+    app.include_router(chat_router)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": error.detail}, status_code=error.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": describe_invalid_request(error)}, status_code=422)
 
     @app.get("/api/health")
     async def health(request: Request) -> JSONResponse:
@@ -56,6 +72,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="static")
     return app
+
+
+def describe_invalid_request(error: RequestValidationError) -> str:
+    """E.g. 'content: the message is empty; chat_id: not a valid id'."""
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"] if p not in ("body", "path", "query"))
+        message = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"].startswith("uuid"):
+            message = "not a valid id"
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
 
 
 app = create_app()

@@ -138,15 +138,53 @@ async def delete_chat(db: Db, chat_id: uuid.UUID) -> bool:
     return row is not None
 
 
-async def set_summary(db: Db, chat_id: uuid.UUID, summary: str, upto_message_id: uuid.UUID) -> bool:
-    """Store the rolling summary covering messages up to `upto_message_id`; False if no chat."""
+async def set_summary(
+    db: Db,
+    chat_id: uuid.UUID,
+    summary: str,
+    upto_message_id: uuid.UUID,
+    previous_upto_message_id: uuid.UUID | None = None,
+) -> bool:
+    """Store the rolling summary covering messages up to `upto_message_id`.
+
+    Only if the chat's summary still ends at `previous_upto_message_id` (compare-and-set): when two
+    processes fold the same messages at once, the second write is refused instead of overwriting.
+    False if it was refused or there is no such chat.
+    """
     row = await _fetch_one(
         db,
         "UPDATE chats SET summary = %s, summary_upto_message_id = %s"
-        " WHERE chat_id = %s RETURNING chat_id",
-        (summary, upto_message_id, chat_id),
+        " WHERE chat_id = %s AND summary_upto_message_id IS NOT DISTINCT FROM %s"
+        " RETURNING chat_id",
+        (summary, upto_message_id, chat_id, previous_upto_message_id),
     )
     return row is not None
+
+
+async def claim_chat_run(
+    db: Db, chat_id: uuid.UUID, run_id: uuid.UUID, lease_seconds: float
+) -> bool:
+    """Claim the chat for one reply (or extend this run's claim); False if another run holds it."""
+    row = await _fetch_one(
+        db,
+        "UPDATE chats SET run_id = %(run)s,"
+        " run_expires_at = now() + make_interval(secs => %(lease)s)"
+        " WHERE chat_id = %(chat)s"
+        " AND (run_id IS NULL OR run_id = %(run)s OR run_expires_at < now())"
+        " RETURNING chat_id",
+        {"chat": chat_id, "run": run_id, "lease": lease_seconds},
+    )
+    return row is not None
+
+
+async def release_chat_run(db: Db, chat_id: uuid.UUID, run_id: uuid.UUID) -> None:
+    """Let the next message in (only this run's own claim is released)."""
+    await _fetch_one(
+        db,
+        "UPDATE chats SET run_id = NULL, run_expires_at = NULL"
+        " WHERE chat_id = %s AND run_id = %s RETURNING chat_id",
+        (chat_id, run_id),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,16 @@
-"""Long-term memories in Postgres: what start-up needs now (re-embedding) plus adding one.
+"""Long-term memories in Postgres: saving a fact once, finding facts by meaning, re-embedding.
 
 A memory is a short fact about the user (1-500 characters) with a 384-number embedding and the
-name of the model that made it. When the configured embedding model changes, vectors from the old
-model are meaningless to the new one, so `reembed_stale_memories` recomputes them at start-up.
+name of the model that made it. Memories are global to the install (one user).
+
+- `save_memory` stores a fact unless one that says the same is already stored (cosine similarity
+  at least `DUPLICATE_SIMILARITY`), so the model re-saving a fact in every chat does not pile up
+  copies.
+- `retrieve_memories` returns the facts closest in meaning to a query, best first, leaving out
+  those below `RELEVANCE_FLOOR` so an unrelated query gets nothing rather than noise.
+- When the configured embedding model changes, vectors from the old model are meaningless to the
+  new one, so `reembed_stale_memories` recomputes them at start-up. Searches only compare vectors
+  of the current model.
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,12 +32,50 @@ MAX_MEMORY_CHARS = 500
 EMBED_DIMENSIONS = 384
 REEMBED_BATCH_SIZE = 64
 
+# Both thresholds are cosine similarities (1 - pgvector's `<=>` distance) of all-MiniLM-L6-v2
+# vectors, measured by `python -m evals.memory_thresholds` (re-run it after changing the embedder).
+#
+# RELEVANCE_FLOOR: 387 LoCoMo questions (categories 1-4) searched over their conversation's turns
+# (1,297 turns, as "<speaker>: <text>"). The 160 evidence turns that reach a question's top 5 score
+# p1 0.365 / median 0.593; the best hit of 1,969 unrelated SQuAD questions searched in each
+# conversation (5,907 searches) scores p95 0.318 / p99 0.390. 0.35 keeps 99.4% of those evidence
+# hits (0.40 would keep 97.5%, 0.45 93.1%) and leaves 97.4% of unrelated searches empty.
+# Cross-check with 30 hand-written questions about the user against 120 third-person facts: 96%
+# of the answers that reach the top 5 are kept (0.45 would keep 81%). A relevant memory lost costs
+# more than an unrelated one shown (the model can ignore it), hence the highest floor keeping
+# >= 99% of evidence hits.
+RELEVANCE_FLOOR = 0.35
+# DUPLICATE_SIMILARITY: 40 hand-written paraphrase pairs of one fact (tests/data/memory_pairs.json)
+# score median 0.909 (p5 0.725); 40 pairs of different facts on the same topic ("is vegetarian" /
+# "is vegan") median 0.698, p95 0.897; real distinct facts (393 LoCoMo evidence turns against the
+# nearest other evidence turn of their conversation) median 0.683, p99 0.856. At 0.90: recall 58%
+# of paraphrases (23/40), 2/40 same-topic pairs merged ("writing" / "reading a novel about sailors"
+# 0.937, "prefers tea to coffee" / "coffee to tea" 0.997: word-order and one-word changes look
+# alike to this model), 2/393 LoCoMo facts merged; precision 0.92 against the same-topic pairs.
+# 0.85 would catch 78% of paraphrases but merge 18% of same-topic pairs. Merging loses a new fact
+# while a missed paraphrase only stores it twice, so the lowest threshold merging <= 5% of
+# same-topic pairs and <= 1% of LoCoMo facts.
+DUPLICATE_SIMILARITY = 0.90
+
 # Fixed key for the advisory lock around re-embedding ("ResolveM"); differs from the migration
 # lock in core/db.py.
 REEMBED_LOCK_KEY = 0x5265736F6C76654D
+# Fixed key for the transaction lock around save_memory's check-then-insert ("ResolveS"): two
+# processes saving the same fact at once would both find nothing and both insert without it.
+SAVE_LOCK_KEY = 0x5265736F6C766553
 
 _MEMORY_COLUMNS = (
     "memory_id, content, embed_model, source_chat_id, source_message_id, created_at, updated_at"
+)
+
+# The memories closest to a vector, with their cosine distance. ORDER BY the bare `<=>` with a
+# LIMIT is the shape the HNSW index (vector_cosine_ops) answers; ordering by a similarity
+# expression or filtering on the distance would scan the whole table, so thresholds are applied
+# to the rows this returns. Only vectors of the current model are comparable; after start-up's
+# re-embedding that is every row, so the filter removes nothing the index scan would need.
+NEAREST_SQL = (
+    f"SELECT {_MEMORY_COLUMNS}, embedding <=> %(vector)s AS distance FROM memories"
+    " WHERE embed_model = %(model)s ORDER BY embedding <=> %(vector)s LIMIT %(limit)s"
 )
 
 
@@ -37,6 +85,46 @@ class Embedder(Protocol):
     model_name: str
 
     async def embed_documents(self, texts: list[str]) -> Sequence[np.ndarray]: ...
+
+
+class QueryEmbedder(Embedder, Protocol):
+    """An embedder that can also embed search queries (rag/embedder.py's `Embedder`)."""
+
+    async def embed_query(self, text: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """What `save_memory` did: stored `memory`, or found it already known as `memory`."""
+
+    saved: bool
+    # The new row, or the stored memory that already says the same (row without the embedding).
+    memory: dict[str, Any]
+    # When not saved: how similar the stored memory is to the one offered (1.0 for the same text).
+    similarity: float | None = None
+
+
+@dataclass(frozen=True)
+class RetrievedMemory:
+    """One memory found by `retrieve_memories`."""
+
+    memory_id: uuid.UUID
+    content: str
+    similarity: float  # cosine similarity to the query, 1 - pgvector's `<=>` distance
+    created_at: datetime
+
+
+def normalize_memory(content: str) -> str:
+    """`content` with runs of whitespace made single spaces; ValueError if empty or too long."""
+    text = " ".join(content.split())
+    if not text:
+        raise ValueError("A memory can't be empty: give one short fact about the user")
+    if len(text) > MAX_MEMORY_CHARS:
+        raise ValueError(
+            f"A memory must be at most {MAX_MEMORY_CHARS} characters, not {len(text)}:"
+            " save one short fact about the user"
+        )
+    return text
 
 
 def _check_embedding(embedding: Any) -> np.ndarray:
@@ -69,6 +157,87 @@ async def add_memory(
         row = await cur.fetchone()
     assert row is not None
     return row
+
+
+async def save_memory(
+    pool: AsyncConnectionPool,
+    embedder: Embedder,
+    content: str,
+    source_chat_id: uuid.UUID | None = None,
+    source_message_id: uuid.UUID | None = None,
+) -> SaveResult:
+    """Store one fact unless a memory saying the same is already stored (see `SaveResult`).
+
+    Whitespace is normalized; ValueError if the fact is empty or over 500 characters. The source
+    ids are kept if that chat and message still exist, else left empty (deleting a chat mid-turn
+    must not make the save fail).
+    """
+    text = normalize_memory(content)
+    # Embed before taking the lock: the model is the slow part and needs no database state.
+    vector = _check_embedding((await embedder.embed_documents([text]))[0])
+    async with (
+        pool.connection() as conn,
+        conn.transaction(),
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+        # Held until the transaction ends, so a concurrent save of the same fact (another
+        # request, another server process) checks only after this one's row is committed.
+        await cur.execute("SELECT pg_advisory_xact_lock(%s)", (SAVE_LOCK_KEY,))
+        await cur.execute(NEAREST_SQL, {"vector": vector, "model": embedder.model_name, "limit": 1})
+        nearest = await cur.fetchone()
+        if nearest is not None:
+            similarity = 1.0 - float(nearest.pop("distance"))
+            if similarity >= DUPLICATE_SIMILARITY:
+                return SaveResult(saved=False, memory=nearest, similarity=similarity)
+        await cur.execute(
+            "INSERT INTO memories"
+            " (content, embedding, embed_model, source_chat_id, source_message_id)"
+            " VALUES (%(content)s, %(vector)s, %(model)s,"
+            " (SELECT chat_id FROM chats WHERE chat_id = %(chat)s),"
+            " (SELECT message_id FROM messages WHERE message_id = %(message)s))"
+            f" RETURNING {_MEMORY_COLUMNS}",
+            {
+                "content": text,
+                "vector": vector,
+                "model": embedder.model_name,
+                "chat": source_chat_id,
+                "message": source_message_id,
+            },
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return SaveResult(saved=True, memory=row)
+
+
+async def retrieve_memories(
+    pool: AsyncConnectionPool, embedder: QueryEmbedder, query: str, limit: int = 5
+) -> list[RetrievedMemory]:
+    """Up to `limit` memories closest in meaning to `query`, most similar first.
+
+    Memories less similar than `RELEVANCE_FLOOR` are left out, so an unrelated query returns
+    nothing. ValueError if the query is empty or `limit` is below 1.
+    """
+    text = " ".join(query.split())
+    if not text:
+        raise ValueError("The memory search query can't be empty")
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    vector = _check_embedding(await embedder.embed_query(text))
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            NEAREST_SQL, {"vector": vector, "model": embedder.model_name, "limit": limit}
+        )
+        rows = await cur.fetchall()
+    found = [
+        RetrievedMemory(
+            memory_id=row["memory_id"],
+            content=row["content"],
+            similarity=1.0 - float(row["distance"]),
+            created_at=row["created_at"],
+        )
+        for row in rows
+    ]
+    return [memory for memory in found if memory.similarity >= RELEVANCE_FLOOR]
 
 
 async def reembed_stale_memories(pool: AsyncConnectionPool, embedder: Embedder) -> int:

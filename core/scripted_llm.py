@@ -7,7 +7,8 @@ router, graph, database and embedder run above it. A turn is a dict:
 - `{"chunks": ["Hel", "lo"]}`: the reply, streamed in exactly these pieces;
 - `{"tool_calls": [{"name": "save_memory", "arguments": {"content": "..."}}]}`: tool calls
   (optionally with `"text"` before them);
-- `{"error": "message"}`: the call fails like an unavailable hosted model;
+- `{"error": "message"}`: the call fails like an unavailable hosted model; with `text` or
+  `chunks` too, it fails after streaming them (a reply cut short);
 - `"delay": seconds` (optional, any turn): a pause before each piece, to test streaming and stops.
 
 The model name `scripted/down` always fails without consuming a turn: a stand-in for a provider
@@ -69,14 +70,16 @@ class ScriptedProvider(InProcessProvider):
         if not self._turns:
             raise ProviderFailure("scripted provider has no turn left", status_code=500)
         turn = self._turns.popleft()
-        if "error" in turn:
+        pieces = turn.get("chunks") or re.findall(r"\S+\s*|\s+", turn.get("text", ""))
+        if "error" in turn and not pieces:
             raise ProviderFailure(str(turn["error"]))
         delay = float(turn.get("delay", 0))
-        pieces = turn.get("chunks") or re.findall(r"\S+\s*|\s+", turn.get("text", ""))
         for piece in pieces:
             if delay:
                 await asyncio.sleep(delay)
             yield TextDelta(piece)
+        if "error" in turn:
+            raise ProviderFailure(str(turn["error"]))
         for call in turn.get("tool_calls", []):
             yield ToolCallRequest(name=call["name"], arguments=call.get("arguments", {}))
         prompt_words = sum(len(str(m.get("content") or "").split()) for m in messages)

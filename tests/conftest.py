@@ -17,7 +17,8 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from core.config import Settings, load_settings
-from core.db import Database
+from core.db import Database, _configure_connection, migrate
+from rag.embedder import Embedder
 
 # Tests reach nothing beyond loopback: no model hub, no cost-map fetch.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -67,3 +68,30 @@ async def fresh_database(database: Database) -> AsyncIterator[str]:
             await conn.execute(
                 sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(scope="session")
+async def embedder() -> AsyncIterator[Embedder]:
+    """The real bundled embedding model, loaded once per test session."""
+    model = Embedder()
+    await model.load()
+    yield model
+    model.close()
+
+
+@pytest.fixture
+async def memory_pool(fresh_database: str) -> AsyncIterator[AsyncConnectionPool]:
+    """A small pool on a fresh, migrated database, configured like the app's (pgvector types).
+
+    Memories are global to the install, so tests that count or search them need a database of
+    their own.
+    """
+    await migrate(fresh_database)
+    pool = AsyncConnectionPool(
+        fresh_database, min_size=1, max_size=4, open=False, configure=_configure_connection
+    )
+    await pool.open(wait=True, timeout=10)
+    try:
+        yield pool
+    finally:
+        await pool.close()

@@ -12,13 +12,6 @@ from core.errors import StartupError
 from rag.embedder import EMBED_DIMENSIONS, Embedder
 
 
-@pytest.fixture(scope="session")
-async def embedder() -> Embedder:
-    model = Embedder()
-    await model.load()
-    return model
-
-
 async def test_vectors_are_normalized_and_384_wide(embedder: Embedder) -> None:
     vectors = await embedder.embed_documents(["The cat sat on the mat.", "Stocks fell sharply."])
     assert vectors.shape == (2, EMBED_DIMENSIONS)

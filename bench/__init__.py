@@ -1,0 +1,1 @@
+"""Speed measurements (not tests): each script prints a table and compares with a baseline."""

@@ -1,0 +1,320 @@
+"""The chat graph's nodes, each a plain async function of (state, config) returning an update.
+
+Nodes report progress through LangGraph's stream writer as events the API forwards to the browser
+(`token`, `step`, `tool_start`, `tool_end`, `sources`, `done`, `summary`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import litellm
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_stream_writer
+
+from chat.state import ChatState, TurnContext, turn_of
+from chat.tools import TOOLS_BY_NAME, tool_schemas
+from core import chat_store
+from core.prompts import chat_instructions, summary_request, user_turn
+from core.tracing import trace_metadata
+
+log = logging.getLogger("resolveai.chat")
+
+HISTORY_MESSAGES = 10  # the latest messages the model sees verbatim (5 user + 5 assistant)
+MAX_MODEL_CALLS = 6  # per user message; the last one is made without tools
+SUMMARY_TRIGGER = 12  # fold once this many messages are not yet in the summary
+
+
+def short_id(value: object) -> str:
+    return str(value)[:8]
+
+
+def step_event(turn: TurnContext, text: str, **extra: Any) -> dict[str, Any]:
+    """A plain-language progress line, sent to the browser, logged, and kept with the reply."""
+    elapsed_ms = round((time.monotonic() - turn.started) * 1000)
+    step = {"text": text, "elapsed_ms": elapsed_ms, **extra}
+    get_stream_writer()({"type": "step", **step})
+    log.info("Chat %s: %s (%d ms)", short_id(turn.chat_id), text, elapsed_ms)
+    return step
+
+
+# --- build_prompt --------------------------------------------------------------------------------
+
+
+async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    """Instructions (+ summary), the latest messages, then the new message, in that order."""
+    turn = turn_of(config)
+    pool = turn.services.database.pool
+    chat = await chat_store.get_chat(pool, turn.chat_id)
+    history = await chat_store.recent_messages(pool, turn.chat_id, limit=HISTORY_MESSAGES + 1)
+    earlier = [
+        {"role": m["role"], "content": m["content"]}
+        for m in history
+        if m["message_id"] != turn.user_message_id and m["content"].strip()
+    ][-HISTORY_MESSAGES:]
+    system = chat_instructions(datetime.now(UTC), chat["summary"] if chat else None)
+    messages = [
+        {"role": "system", "content": system},
+        *earlier,
+        {"role": "user", "content": user_turn(state["user_text"], state.get("use_web", False))},
+    ]
+    log.info(
+        "Chat %s: prompt built (%d earlier messages%s)",
+        short_id(turn.chat_id),
+        len(earlier),
+        ", with summary" if chat and chat["summary"] else "",
+    )
+    return {"messages": messages, "model_calls": 0, "reply": ""}
+
+
+# --- call_model ----------------------------------------------------------------------------------
+
+
+async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    """One streamed call of the `chat` model; the last allowed call gets no tools."""
+    turn = turn_of(config)
+    calls = state.get("model_calls", 0) + 1
+    tools = tool_schemas() if calls < MAX_MODEL_CALLS else None
+    steps = [step_event(turn, "Thinking" if calls == 1 else "Thinking about what the tools found")]
+    writer = get_stream_writer()
+    reply = state.get("reply", "")
+    separator = "\n\n" if reply else ""
+
+    started = time.monotonic()
+    stream = await turn.services.router.acompletion(
+        model="chat",
+        messages=state["messages"],
+        tools=tools,
+        stream=True,
+        metadata=trace_metadata(turn.trace_id, str(turn.chat_id), f"chat call {calls}"),
+    )
+    chunks = []
+    async for chunk in stream:
+        chunks.append(chunk)
+        text = chunk.choices[0].delta.content if chunk.choices else None
+        if text:
+            if separator:
+                writer({"type": "token", "text": separator})
+                reply, separator = reply + separator, ""
+            writer({"type": "token", "text": text})
+            reply += text
+    message = litellm.stream_chunk_builder(chunks).choices[0].message  # type: ignore[union-attr]
+    tool_calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.function.name, "arguments": call.function.arguments},
+        }
+        for call in (message.tool_calls or [])
+    ]
+    log.info(
+        "Chat %s: model call %d done in %d ms (%s)",
+        short_id(turn.chat_id),
+        calls,
+        (time.monotonic() - started) * 1000,
+        f"{len(tool_calls)} tool calls" if tool_calls else f"{len(message.content or '')} chars",
+    )
+    assistant: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+    if tool_calls:
+        assistant["tool_calls"] = tool_calls
+    else:
+        assistant["content"] = message.content or ""
+    return {"messages": [assistant], "model_calls": calls, "reply": reply, "steps": steps}
+
+
+def route_after_model(state: ChatState) -> str:
+    return "tools" if state["messages"][-1].get("tool_calls") else "save_turn"
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+STEP_TEXT = {
+    "retrieve_memory": "Looking up what I know about you",
+    "save_memory": "Saving to memory: {content}",
+    "web_search": "Searching the web for {query}",
+}
+
+
+async def run_tools(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    """Run every requested tool (concurrently); a failing tool gives the model an error to read."""
+    turn = turn_of(config)
+    requested = state["messages"][-1]["tool_calls"]
+    results = await asyncio.gather(*(_run_tool(turn, call, config) for call in requested))
+    update: dict[str, Any] = {
+        "messages": [r["message"] for r in results],
+        "tool_calls": [r["record"] for r in results],
+        "steps": [r["step"] for r in results],
+    }
+    answers = [r["answer"] for r in results if r["answer"]]
+    if answers:
+        update["tool_answer"] = answers[-1]
+    return update
+
+
+async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableConfig) -> dict:
+    writer = get_stream_writer()
+    name = call["function"]["name"]
+    started = time.monotonic()
+    answer = None
+    try:
+        args = json.loads(call["function"]["arguments"] or "{}")
+        if not isinstance(args, dict):
+            raise ValueError("tool arguments must be a JSON object")
+    except ValueError as error:
+        args = {}
+        failure: str | None = f"the arguments are not valid JSON ({error})"
+    else:
+        failure = None if name in TOOLS_BY_NAME else f"there is no tool called {name!r}"
+    step = step_event(turn, _step_text(name, args), tool=name)
+    writer({"type": "tool_start", "id": call["id"], "name": name, "args": args})
+    if failure is None:
+        try:
+            result = await TOOLS_BY_NAME[name].ainvoke(
+                {"name": name, "args": args, "id": call["id"], "type": "tool_call"}, config=config
+            )
+            assert isinstance(result, ToolMessage)
+            content = str(result.content)
+            if isinstance(result.artifact, dict) and result.artifact.get("final_answer"):
+                answer = result.artifact
+        except Exception as error:  # the model reads the error and may try something else
+            failure = f"{type(error).__name__}: {error}"
+    if failure is not None:
+        content = json.dumps({"error": f"Tool {name} failed: {failure}"})
+        log.warning("Chat %s: tool %s failed: %s", short_id(turn.chat_id), name, failure)
+    duration_ms = round((time.monotonic() - started) * 1000)
+    writer(
+        {"type": "tool_end", "id": call["id"], "name": name, "ok": failure is None,
+         "duration_ms": duration_ms}
+    )  # fmt: skip
+    record = {"id": call["id"], "name": name, "args": args, "result": content,
+              "ok": failure is None, "duration_ms": duration_ms}  # fmt: skip
+    message = {"role": "tool", "tool_call_id": call["id"], "content": content}
+    return {"message": message, "record": record, "step": step, "answer": answer}
+
+
+def _step_text(name: str, args: dict[str, Any]) -> str:
+    template = STEP_TEXT.get(name, f"Using the {name} tool")
+    try:
+        return template.format(**{k: str(v)[:80] for k, v in args.items()})
+    except (KeyError, IndexError):
+        return template.split(":")[0]
+
+
+def route_after_tools(state: ChatState) -> str:
+    return "use_tool_answer" if state.get("tool_answer") else "call_model"
+
+
+# --- use_tool_answer -----------------------------------------------------------------------------
+
+
+async def use_tool_answer(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    """A tool (web_search) already wrote the answer and streamed it: it becomes the reply."""
+    answer = state["tool_answer"] or {}
+    sources = answer.get("sources", [])
+    if sources:
+        get_stream_writer()({"type": "sources", "sources": sources})
+    return {"reply": answer.get("answer", ""), "sources": sources}
+
+
+# --- save_turn -----------------------------------------------------------------------------------
+
+
+async def save_turn(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    """Save the reply with its sources, steps and tool calls; the client gets `done` now."""
+    turn = turn_of(config)
+    message = await chat_store.add_message(
+        turn.services.database.pool,
+        turn.chat_id,
+        "assistant",
+        state.get("reply", ""),
+        sources=state.get("sources", []),
+        steps=state.get("steps", []),
+        tool_calls=state.get("tool_calls", []),
+    )
+    message_id = str(message["message_id"])
+    log.info(
+        "Chat %s: reply saved (%d chars, %d ms after the message)",
+        short_id(turn.chat_id),
+        len(state.get("reply", "")),
+        (time.monotonic() - turn.started) * 1000,
+    )
+    get_stream_writer()({"type": "done", "message_id": message_id})
+    return {"assistant_message_id": message_id}
+
+
+# --- update_summary ------------------------------------------------------------------------------
+
+
+def summary_words(messages_summarised: int) -> int:
+    """Target summary length: grows with what it covers, capped at 500 words."""
+    return min(500, 60 + 4 * messages_summarised)
+
+
+async def update_summary(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    """Fold messages that left the raw window into the rolling summary (after `done`).
+
+    A failure leaves the pointer where it was, so the next message retries the fold.
+    """
+    turn = turn_of(config)
+    pool = turn.services.database.pool
+    chat = await chat_store.get_chat(pool, turn.chat_id)
+    if chat is None:
+        return {"summary_updated": False}
+    pending = await chat_store.messages_after(pool, turn.chat_id, chat["summary_upto_message_id"])
+    if len(pending) < SUMMARY_TRIGGER:
+        return {"summary_updated": False}
+    to_fold = pending[:-HISTORY_MESSAGES]
+    already = await _count_summarised(pool, turn, chat["summary_upto_message_id"])
+    words = summary_words(already + len(to_fold))
+    started = time.monotonic()
+    try:
+        response = await turn.services.router.acompletion(
+            model="utility",
+            messages=summary_request(
+                chat["summary"], [(m["role"], m["content"]) for m in to_fold], words
+            ),
+            max_tokens=int(words * 2),
+            metadata=trace_metadata(turn.trace_id, str(turn.chat_id), "summary"),
+        )
+        summary = (response.choices[0].message.content or "").strip()
+        if not summary:
+            raise ValueError("the model returned an empty summary")
+    except Exception as error:
+        log.warning(
+            "Chat %s: summary not updated, will retry next message (%s: %s)",
+            short_id(turn.chat_id),
+            type(error).__name__,
+            error,
+        )
+        return {"summary_updated": False}
+    stored = await chat_store.set_summary(
+        pool,
+        turn.chat_id,
+        summary,
+        to_fold[-1]["message_id"],
+        previous_upto_message_id=chat["summary_upto_message_id"],
+    )
+    if stored:
+        log.info(
+            "Chat %s: summary updated with %d messages (%d words, %d ms)",
+            short_id(turn.chat_id),
+            len(to_fold),
+            len(summary.split()),
+            (time.monotonic() - started) * 1000,
+        )
+        get_stream_writer()({"type": "summary", "summary": summary})
+    return {"summary_updated": stored}
+
+
+async def _count_summarised(pool: Any, turn: TurnContext, upto: Any) -> int:
+    if upto is None:
+        return 0
+    everything = await chat_store.list_messages(pool, turn.chat_id)
+    ids = [m["message_id"] for m in everything]
+    return ids.index(upto) + 1 if upto in ids else 0

@@ -1,0 +1,151 @@
+"""The chat API: send a message (a Server-Sent Events stream), list, read, rename and delete chats.
+
+Errors are JSON `{"error": "..."}` with a 4xx status: 404 unknown chat, 409 a reply already being
+written in the chat, 422 bad input (empty or too long message, malformed id).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from pydantic import BaseModel, Field, field_validator
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, start_turn, stream_turn
+from chat.tools import TOOLS_BY_NAME
+from core import chat_store
+from core.services import Services
+
+router = APIRouter(prefix="/api")
+
+HEARTBEAT_SECONDS = 10
+MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
+                  "error", "sent_at")  # fmt: skip
+CHAT_FIELDS = ("chat_id", "title", "created_at", "updated_at")
+
+
+class MessageIn(BaseModel):
+    content: str = Field(max_length=MAX_MESSAGE_CHARS)
+    use_web: bool = False
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the message is empty")
+        return value
+
+
+class NewMessageIn(MessageIn):
+    chat_id: uuid.UUID | None = None
+
+
+class RenameIn(BaseModel):
+    title: str = Field(min_length=1, max_length=200)
+
+    @field_validator("title")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the title is empty")
+        return value.strip()
+
+
+def services_of(request: Request) -> Services:
+    return request.app.state.services
+
+
+def public(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    return jsonable_encoder({name: row[name] for name in fields})
+
+
+async def _stream(request: Request, chat_id: uuid.UUID | None, body: MessageIn) -> Response:
+    if body.use_web and "web_search" not in TOOLS_BY_NAME:
+        raise HTTPException(400, "Web search is not available: no search provider is configured.")
+    try:
+        turn = await start_turn(services_of(request), chat_id, body.content, body.use_web)
+    except ChatNotFound as error:
+        raise HTTPException(404, str(error)) from None
+    except ChatBusy as error:
+        raise HTTPException(409, str(error)) from None
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        async for event in stream_turn(turn):
+            yield ServerSentEvent(event=event["type"], data=json.dumps(jsonable_encoder(event)))
+
+    return EventSourceResponse(
+        events(),
+        ping=HEARTBEAT_SECONDS,
+        ping_message_factory=lambda: ServerSentEvent(
+            event="heartbeat", data='{"type":"heartbeat"}'
+        ),
+        headers={"X-Accel-Buffering": "no", "Cache-Control": "no-cache"},
+    )
+
+
+@router.post("/messages")
+async def send_message(request: Request, body: NewMessageIn) -> Response:
+    """Send a message; with no `chat_id` it starts a new chat (announced by a `chat` event)."""
+    return await _stream(request, body.chat_id, body)
+
+
+@router.post("/chats/{chat_id}/messages")
+async def send_message_to_chat(request: Request, chat_id: uuid.UUID, body: MessageIn) -> Response:
+    return await _stream(request, chat_id, body)
+
+
+@router.get("/chats")
+async def list_chats(
+    request: Request,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> list[dict[str, Any]]:
+    """Chats, newest activity first; `q` filters by title."""
+    rows = await chat_store.list_chats(services_of(request).database.pool, limit, q)
+    return [public(row, CHAT_FIELDS) for row in rows]
+
+
+async def _chat_or_404(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
+    chat = await chat_store.get_chat(services_of(request).database.pool, chat_id)
+    if chat is None:
+        raise HTTPException(404, f"No chat with id {chat_id}")
+    return chat
+
+
+@router.get("/chats/{chat_id}/messages")
+async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, Any]]:
+    await _chat_or_404(request, chat_id)
+    rows = await chat_store.list_messages(services_of(request).database.pool, chat_id)
+    return [public(row, MESSAGE_FIELDS) for row in rows]
+
+
+@router.get("/chats/{chat_id}/summary")
+async def get_summary(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
+    chat = await _chat_or_404(request, chat_id)
+    return jsonable_encoder(
+        {
+            "chat_id": chat_id,
+            "summary": chat["summary"],
+            "summary_upto_message_id": chat["summary_upto_message_id"],
+        }
+    )
+
+
+@router.patch("/chats/{chat_id}")
+async def rename_chat(request: Request, chat_id: uuid.UUID, body: RenameIn) -> dict[str, Any]:
+    chat = await chat_store.rename_chat(services_of(request).database.pool, chat_id, body.title)
+    if chat is None:
+        raise HTTPException(404, f"No chat with id {chat_id}")
+    return public(chat, CHAT_FIELDS)
+
+
+@router.delete("/chats/{chat_id}", status_code=204)
+async def delete_chat(request: Request, chat_id: uuid.UUID) -> Response:
+    if not await chat_store.delete_chat(services_of(request).database.pool, chat_id):
+        raise HTTPException(404, f"No chat with id {chat_id}")
+    return Response(status_code=204)

@@ -1,0 +1,152 @@
+"""Runs one user message through the chat graph and yields the events the API streams.
+
+`start_turn` does what must happen before any streaming (so errors can still be plain 4xx): it
+creates the chat on its first message, claims the chat for this run (one reply at a time per chat,
+held in Postgres so it holds across server processes) and saves the user's message before any model
+is called. `stream_turn` then runs the graph and guarantees that whatever happens (the graph fails,
+the client leaves) the reply is saved with what was produced and the claim is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from chat.graph import graph
+from chat.nodes import short_id
+from chat.state import TurnContext
+from core import chat_store
+from core.services import Services
+
+log = logging.getLogger("resolveai.chat")
+
+MAX_MESSAGE_CHARS = 32_000  # longer messages are refused (422) rather than silently cut
+TITLE_CHARS = 60
+RUN_LEASE_SECONDS = 60  # a crashed process blocks its chat at most this long
+LEASE_RENEW_SECONDS = 20
+
+
+class ChatNotFound(LookupError):
+    pass
+
+
+class ChatBusy(RuntimeError):
+    """Another reply is being written in this chat (by this or another server process)."""
+
+
+@dataclass
+class Turn:
+    """A user message saved and its chat claimed: ready to stream."""
+
+    context: TurnContext
+    run_id: uuid.UUID
+    content: str
+    use_web: bool
+    new_chat: dict[str, Any] | None = None
+
+
+def title_from(content: str) -> str:
+    """The start of the first message, cut at a word boundary."""
+    line = " ".join(content.split())
+    if len(line) <= TITLE_CHARS:
+        return line
+    cut = line[:TITLE_CHARS].rsplit(" ", 1)[0] or line[:TITLE_CHARS]
+    return cut + "…"
+
+
+async def start_turn(
+    services: Services, chat_id: uuid.UUID | None, content: str, use_web: bool
+) -> Turn:
+    """Create/claim the chat and save the user's message; raises ChatNotFound or ChatBusy."""
+    pool = services.database.pool
+    run_id = uuid.uuid4()
+    new_chat = None
+    if chat_id is None:
+        new_chat = await chat_store.create_chat(pool, title_from(content))
+        chat_id = new_chat["chat_id"]
+        log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
+    elif await chat_store.get_chat(pool, chat_id) is None:
+        raise ChatNotFound(f"No chat with id {chat_id}")
+    if not await chat_store.claim_chat_run(pool, chat_id, run_id, RUN_LEASE_SECONDS):
+        raise ChatBusy("A reply is still being written in this chat; wait for it or stop it.")
+    try:
+        message = await chat_store.add_message(pool, chat_id, "user", content)
+    except BaseException:
+        await chat_store.release_chat_run(pool, chat_id, run_id)
+        raise
+    log.info("Chat %s: user message saved (%d chars)", short_id(chat_id), len(content))
+    context = TurnContext(
+        services=services,
+        chat_id=chat_id,
+        user_message_id=message["message_id"],
+        trace_id=str(message["message_id"]),
+        started=time.monotonic(),
+    )
+    return Turn(context, run_id, content, use_web, new_chat)
+
+
+async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
+    """The turn's events, in order; the reply is saved whatever happens."""
+    context = turn.context
+    pool = context.services.database.pool
+    reply: list[str] = []
+    saved = False
+    renewer = asyncio.create_task(_keep_claim(turn))
+    try:
+        if turn.new_chat is not None:
+            yield {"type": "chat", "chat_id": str(context.chat_id), "title": turn.new_chat["title"]}
+        config = {"configurable": {"turn": context}, "recursion_limit": 40}
+        state = {"user_text": turn.content, "use_web": turn.use_web}
+        async for event in graph.astream(state, config, stream_mode="custom"):
+            if event.get("type") == "token":
+                reply.append(event["text"])
+            elif event.get("type") == "done":
+                saved = True
+            yield event
+    except asyncio.CancelledError:
+        if not saved:
+            await asyncio.shield(_save_partial(turn, "".join(reply), "interrupted", None))
+        raise
+    except Exception as error:
+        message = readable_error(error)
+        log.error("Chat %s: reply failed: %s", short_id(context.chat_id), message)
+        if not saved:
+            await _save_partial(turn, "".join(reply), "error", message)
+        yield {"type": "error", "message": message}
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(chat_store.release_chat_run(pool, context.chat_id, turn.run_id))
+
+
+async def _keep_claim(turn: Turn) -> None:
+    while True:
+        await asyncio.sleep(LEASE_RENEW_SECONDS)
+        await chat_store.claim_chat_run(
+            turn.context.services.database.pool,
+            turn.context.chat_id,
+            turn.run_id,
+            RUN_LEASE_SECONDS,
+        )
+
+
+async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -> None:
+    context = turn.context
+    await chat_store.add_message(
+        context.services.database.pool, context.chat_id, "assistant", text, status=status,
+        error=error,
+    )  # fmt: skip
+    log.info("Chat %s: reply saved as %s (%d chars)", short_id(context.chat_id), status, len(text))
+
+
+def readable_error(error: BaseException) -> str:
+    """What the user is told when a reply fails: the first line of the reason, kept short."""
+    lines = str(error).strip().splitlines()
+    reason = lines[0][:300] if lines else type(error).__name__
+    return f"The assistant could not finish this reply ({reason}). Please try again."

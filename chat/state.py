@@ -1,0 +1,44 @@
+"""What one run of the chat graph carries: the turn's fixed context and the state nodes update."""
+
+from __future__ import annotations
+
+import operator
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+
+from core.services import Services
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """Fixed for the whole turn; passed to nodes and tools in `config["configurable"]["turn"]`."""
+
+    services: Services
+    chat_id: uuid.UUID
+    user_message_id: uuid.UUID
+    trace_id: str
+    started: float  # time.monotonic() when the turn began, for step timings
+
+
+def turn_of(config: RunnableConfig) -> TurnContext:
+    """The turn a node or tool is running for."""
+    return config["configurable"]["turn"]
+
+
+class ChatState(TypedDict, total=False):
+    """The graph's state for one user message. Messages are in OpenAI's chat format."""
+
+    user_text: str  # exactly what the user typed (what is saved and shown)
+    use_web: bool  # the user ticked "Use web tool"
+    messages: Annotated[list[dict[str, Any]], operator.add]  # what the model sees, in order
+    model_calls: int
+    reply: str  # the text shown to the user so far
+    sources: list[dict[str, Any]]
+    steps: Annotated[list[dict[str, Any]], operator.add]
+    tool_calls: Annotated[list[dict[str, Any]], operator.add]  # each tool run: name, args, result
+    tool_answer: dict[str, Any] | None  # a finished answer a tool produced (web_search)
+    assistant_message_id: str | None
+    summary_updated: bool

@@ -1,0 +1,174 @@
+"""The tools the chat model can call: remembering facts about the user and looking them up.
+
+Each tool is a LangChain tool with a pydantic input schema. Its `config: RunnableConfig` parameter
+is filled in by LangChain when the graph invokes it (never by the model, so it is not in the
+schema); `turn_of(config)` gives the turn's services and chat ids. Tools return a short JSON
+string for the model and raise on bad input (the graph's tools node turns that into an error
+payload). Every read and write logs one plain line to the "resolveai.memory" logger.
+
+`TOOLS` lists them; `tool_schemas()` gives their OpenAI function schemas for binding to a model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, Field
+
+from chat.state import turn_of
+from core import memory_store
+
+log = logging.getLogger("resolveai.memory")
+
+LOGGED_TEXT_CHARS = 80  # log lines quote at most this much of a memory or query
+
+
+class SaveMemoryInput(BaseModel):
+    content: str = Field(
+        description=(
+            "One short fact about the user, in the third person, at most"
+            f" {memory_store.MAX_MEMORY_CHARS} characters, e.g. 'The user is vegetarian'."
+        )
+    )
+
+
+class RetrieveMemoryInput(BaseModel):
+    query: str = Field(
+        description=(
+            "A short question about the user, e.g. 'What pets does the user have?' or"
+            " 'Does the user have any dietary restrictions?'."
+        )
+    )
+
+
+def _quote(text: str) -> str:
+    short = text if len(text) <= LOGGED_TEXT_CHARS else text[: LOGGED_TEXT_CHARS - 1] + "…"
+    return repr(short)
+
+
+def _elapsed_ms(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)
+
+
+def _dumps(payload: dict[str, Any]) -> str:
+    # ensure_ascii=False: names like "Kraków" stay readable and cost the model fewer tokens.
+    return json.dumps(payload, ensure_ascii=False)
+
+
+# The docstrings below are what the model reads to decide when to call each tool.
+
+
+@tool("save_memory", args_schema=SaveMemoryInput)
+async def save_memory(content: str, config: RunnableConfig) -> str:
+    """Remember one lasting fact about the user for future chats.
+
+    Use it when the user tells you something about themselves that will still be true and useful
+    later: who they are, their preferences, the people and pets in their life, health and diet,
+    work, plans. Write one short fact in the third person, at most 500 characters, e.g. "The user
+    is vegetarian", "The user's daughter is called Mia", "The user is moving to Berlin in May
+    2026" (write dates in full, not "next month"). Save separate facts with separate calls. Do
+    not use it for passing chit-chat or moods, for questions, or for facts about the world. If
+    the result says the fact is already known, do not save it again.
+    """
+    turn = turn_of(config)
+    started = time.perf_counter()
+    result = await memory_store.save_memory(
+        turn.services.database.pool,
+        turn.services.embedder,
+        content,
+        source_chat_id=turn.chat_id,
+        source_message_id=turn.user_message_id,
+    )
+    stored = result.memory["content"]
+    where = f"chat {turn.chat_id.hex[:8]}, {_elapsed_ms(started)} ms"
+    if result.saved:
+        log.info("Memory: saved %s (%s)", _quote(stored), where)
+        return _dumps({"saved": True, "memory": stored})
+    log.info(
+        "Memory: already known %s as %s (similarity %.2f, %s)",
+        _quote(" ".join(content.split())),
+        _quote(stored),
+        result.similarity or 0.0,
+        where,
+    )
+    return _dumps(
+        {
+            "saved": False,
+            "already_known": stored,
+            "note": "This fact is already known; there is no need to save it again.",
+        }
+    )
+
+
+@tool("retrieve_memory", args_schema=RetrieveMemoryInput)
+async def retrieve_memory(query: str, config: RunnableConfig) -> str:
+    """Look up what you know about the user from earlier chats.
+
+    Use it when the answer may depend on the user's own life: their preferences, the people and
+    pets in their life, their plans, or past events they told you about. Call it before
+    answering a personal question ("What should I cook tonight?", "When is my daughter's
+    birthday?") and when personalizing a recommendation. Ask a short question about the user,
+    e.g. "What pets does the user have?". Returns the closest matching memories with the date
+    each was saved, or none when nothing relevant is known.
+    """
+    turn = turn_of(config)
+    started = time.perf_counter()
+    found = await memory_store.retrieve_memories(
+        turn.services.database.pool, turn.services.embedder, query
+    )
+    where = f"chat {turn.chat_id.hex[:8]}, {_elapsed_ms(started)} ms"
+    what = f"{len(found)} memories" if len(found) != 1 else "1 memory"
+    log.info("Memory: %s found for %s (%s)", what, _quote(" ".join(query.split())), where)
+    if not found:
+        return _dumps({"memories": [], "note": "nothing relevant is known"})
+    return _dumps(
+        {
+            "memories": [
+                {"content": memory.content, "saved_on": memory.created_at.date().isoformat()}
+                for memory in found
+            ]
+        }
+    )
+
+
+TOOLS: list[BaseTool] = [save_memory, retrieve_memory]
+
+
+def _plain_description(docstring: str) -> str:
+    """The docstring as the model should see it: no indentation, one line per paragraph."""
+    paragraphs = inspect.cleandoc(docstring).split("\n\n")
+    return "\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
+
+
+for _tool in TOOLS:
+    # @tool keeps the docstring's indentation and line breaks: tokens for nothing in every call.
+    _tool.description = _plain_description(_tool.description)
+del _tool
+TOOLS_BY_NAME: dict[str, BaseTool] = {t.name: t for t in TOOLS}
+
+
+def tool_schemas(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """OpenAI function schemas of the tools named (all of `TOOLS` by default), in that order.
+
+    ValueError for a name that is not a tool here: a typo would otherwise silently leave the model
+    without a tool.
+    """
+    if names is None:
+        chosen = TOOLS
+    else:
+        wanted = list(names)
+        unknown = [name for name in wanted if name not in TOOLS_BY_NAME]
+        if unknown:
+            raise ValueError(
+                f"Unknown tool(s) {', '.join(unknown)}; known: {', '.join(TOOLS_BY_NAME)}"
+            )
+        chosen = [TOOLS_BY_NAME[name] for name in wanted]
+    return [convert_to_openai_tool(t) for t in chosen]

@@ -1,0 +1,69 @@
+"""Test helpers: a real uvicorn server in the test's event loop (so tests can script the model it
+uses), and a small Server-Sent Events reader."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import uvicorn
+
+from core.services import Services
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@asynccontextmanager
+async def serve(services: Services) -> AsyncIterator[str]:
+    """Run the real app on a free loopback port with `services`; yields its base URL."""
+    from server import create_app
+
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(services=services), host="127.0.0.1", port=port, log_config=None
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def read_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """Each SSE event as its JSON data, with `type` set from the event name."""
+    name, data = None, []
+    async for line in response.aiter_lines():
+        if line.startswith("event:"):
+            name = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data.append(line.removeprefix("data:").strip())
+        elif line == "" and data:
+            event = json.loads("\n".join(data))
+            event.setdefault("type", name)
+            yield event
+            name, data = None, []
+
+
+async def send(
+    client: httpx.AsyncClient, content: str, chat_id: Any = None, use_web: bool = False
+) -> list[dict[str, Any]]:
+    """Send a message and collect every event of the reply (heartbeats left out)."""
+    url = f"/api/chats/{chat_id}/messages" if chat_id else "/api/messages"
+    async with client.stream("POST", url, json={"content": content, "use_web": use_web}) as r:
+        assert r.status_code == 200, await r.aread()
+        return [e async for e in read_events(r) if e["type"] != "heartbeat"]

@@ -1,0 +1,390 @@
+"""The chat flow end to end: real server, database and embedder; the scripted model.
+
+Each test scripts the model's turns, talks to the API over real HTTP, and checks the events, the
+prompts the model saw and what the database kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from chat.nodes import HISTORY_MESSAGES, MAX_MODEL_CALLS, summary_words
+from chat.runner import MAX_MESSAGE_CHARS, start_turn, stream_turn
+from core import chat_store
+from core.config import PROJECT_ROOT, Settings
+from core.llm_router import provider_handler
+from core.prompts import WEB_NOTE
+from core.scripted_llm import ScriptedProvider
+from core.services import Services, open_services
+from tests.chat_client import read_events, send, serve
+
+SCRIPTED_MODELS = PROJECT_ROOT / "tests" / "models.scripted.yaml"
+
+
+@pytest.fixture(scope="session")
+async def chat_services(settings: Settings) -> AsyncIterator[Services]:
+    services = await open_services(settings.model_copy(update={"models_config": SCRIPTED_MODELS}))
+    yield services
+    await services.close()
+
+
+@pytest.fixture(scope="session")
+async def base_url(chat_services: Services) -> AsyncIterator[str]:
+    async with serve(chat_services) as url:
+        yield url
+
+
+@pytest.fixture
+async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        yield http
+
+
+@pytest.fixture
+def model(chat_services: Services) -> ScriptedProvider:
+    provider = provider_handler("scripted")
+    assert isinstance(provider, ScriptedProvider)
+    provider.reset()
+    return provider
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+async def messages_of(client: httpx.AsyncClient, chat_id: str) -> list[dict[str, Any]]:
+    response = await client.get(f"/api/chats/{chat_id}/messages")
+    assert response.status_code == 200
+    return response.json()
+
+
+# --- streaming and saving ------------------------------------------------------------------------
+
+
+async def test_first_message_creates_chat_streams_and_saves(client, model) -> None:
+    model.push({"chunks": ["Hello", " there", "!"]})
+    events = await send(client, "Hi! Can you help me plan a trip to Lisbon next spring?")
+    assert types(events)[0] == "chat"
+    chat = events[0]
+    assert chat["title"] == "Hi! Can you help me plan a trip to Lisbon next spring?"
+    assert [e["text"] for e in events if e["type"] == "token"] == ["Hello", " there", "!"]
+    assert types(events)[-1] == "done"
+    assert "step" in types(events)
+
+    saved = await messages_of(client, chat["chat_id"])
+    assert [(m["role"], m["content"], m["status"]) for m in saved] == [
+        ("user", "Hi! Can you help me plan a trip to Lisbon next spring?", "complete"),
+        ("assistant", "Hello there!", "complete"),
+    ]
+    assert saved[1]["message_id"] == events[-1]["message_id"]
+    assert saved[1]["steps"][0]["text"] == "Thinking"
+    listed = (await client.get("/api/chats")).json()
+    assert listed[0]["chat_id"] == chat["chat_id"]
+
+
+async def test_long_first_message_gets_a_short_title(client, model) -> None:
+    model.push({"text": "ok"})
+    events = await send(client, "word " * 50)
+    assert len(events[0]["title"]) <= 61 and events[0]["title"].endswith("…")
+
+
+async def test_prompt_order_and_ten_message_window(client, model, chat_services) -> None:
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "long chat")
+    for i in range(7):
+        await chat_store.add_message(pool, chat["chat_id"], "user", f"question {i}")
+        await chat_store.add_message(pool, chat["chat_id"], "assistant", f"answer {i}")
+    first = (await chat_store.list_messages(pool, chat["chat_id"]))[1]
+    assert await chat_store.set_summary(
+        pool, chat["chat_id"], "They talked about i.", first["message_id"]
+    )
+    model.push({"text": "fine"}, {"text": "The user asked questions 0 to 2."})
+
+    await send(client, "and now?", chat["chat_id"])
+    seen = model.calls[0]["messages"]
+    assert seen[0]["role"] == "system"
+    system = seen[0]["content"]
+    assert system.index("<instructions>") < system.index("<conversation_summary>")
+    assert "They talked about i." in system and "Current date and time:" in system
+    history = seen[1:-1]
+    assert len(history) == HISTORY_MESSAGES
+    assert [m["content"] for m in history] == [
+        text for i in range(2, 7) for text in (f"question {i}", f"answer {i}")
+    ]
+    assert seen[-1] == {"role": "user", "content": "and now?"}
+
+
+async def test_web_note_reaches_the_model_not_the_database(model, chat_services) -> None:
+    model.push({"text": "Searching is not possible here."})
+    turn = await start_turn(chat_services, None, "Who won the 2026 World Cup?", use_web=True)
+    events = [event async for event in stream_turn(turn)]
+    assert types(events)[-1] == "done"
+    assert model.calls[0]["messages"][-1]["content"].endswith(f"<note>{WEB_NOTE}</note>")
+    saved = await chat_store.list_messages(chat_services.database.pool, turn.context.chat_id)
+    assert saved[0]["content"] == "Who won the 2026 World Cup?"
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+async def test_memory_saved_in_one_chat_is_recalled_in_another(client, model) -> None:
+    fact = f"The user's cat is called Miso-{uuid.uuid4().hex[:6]}"
+    model.push(tool_call("save_memory", content=fact), {"text": "Noted, what a lovely name."})
+    events = await send(client, "My cat is called Miso.")
+    assert "tool_start" in types(events) and "tool_end" in types(events)
+    first_chat = events[0]["chat_id"]
+
+    model.push(tool_call("retrieve_memory", query="name of the user's cat"), {"text": "Miso!"})
+    events = await send(client, "Do you remember my cat's name?")
+    assert events[0]["chat_id"] != first_chat
+    tool_result = model.calls[3]["messages"][-1]
+    assert tool_result["role"] == "tool" and fact in tool_result["content"]
+    saved = await messages_of(client, events[0]["chat_id"])
+    assert saved[1]["tool_calls"][0]["name"] == "retrieve_memory"
+    assert saved[1]["content"] == "Miso!"
+    steps = [s["text"] for s in saved[1]["steps"]]
+    assert "Looking up what I know about you" in steps
+
+
+async def test_failing_tool_gives_the_model_an_error_and_the_turn_goes_on(client, model) -> None:
+    model.push(
+        tool_call("save_memory", content="x" * 600), tool_call("no_such_tool"), {"text": "Sorry."}
+    )
+    events = await send(client, "Remember this very long thing")
+    ends = [e for e in events if e["type"] == "tool_end"]
+    assert [e["ok"] for e in ends] == [False, False]
+    first_error = json.loads(model.calls[1]["messages"][-1]["content"])["error"]
+    assert "save_memory" in first_error and "500" in first_error
+    assert "no_such_tool" in json.loads(model.calls[2]["messages"][-1]["content"])["error"]
+    assert types(events)[-1] == "done"
+
+
+async def test_tool_loop_is_capped_and_the_last_call_has_no_tools(client, model) -> None:
+    model.push(
+        *[tool_call("retrieve_memory", query="anything") for _ in range(MAX_MODEL_CALLS - 1)]
+    )
+    model.push({"text": "Here is my answer anyway."})
+    events = await send(client, "Loop forever please")
+    assert len(model.calls) == MAX_MODEL_CALLS
+    assert all(call["tools"] for call in model.calls[:-1])
+    assert model.calls[-1]["tools"] is None
+    assert types(events)[-1] == "done"
+    saved = await messages_of(client, events[0]["chat_id"])
+    assert saved[1]["content"] == "Here is my answer anyway."
+    assert len(saved[1]["tool_calls"]) == MAX_MODEL_CALLS - 1
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+
+async def test_provider_failure_is_reported_and_the_message_kept(client, model) -> None:
+    model.push({"error": "service unavailable"})
+    events = await send(client, "Are you there?")
+    assert types(events)[-1] == "error"
+    assert "service unavailable" in events[-1]["message"]
+    assert "done" not in types(events)
+    saved = await messages_of(client, events[0]["chat_id"])
+    assert [(m["role"], m["content"], m["status"]) for m in saved] == [
+        ("user", "Are you there?", "complete"),
+        ("assistant", "", "error"),
+    ]
+    assert "service unavailable" in saved[1]["error"]
+
+
+async def test_reply_cut_short_by_a_failure_keeps_its_text(client, model) -> None:
+    model.push({"chunks": ["The first ", "half"], "error": "connection reset"})
+    events = await send(client, "Tell me a story")
+    assert types(events)[-1] == "error"
+    saved = await messages_of(client, events[0]["chat_id"])
+    assert (saved[1]["content"], saved[1]["status"]) == ("The first half", "error")
+    model.push({"text": "Here it is again."})  # the chat is free for the next message
+    again = await send(client, "Try again", events[0]["chat_id"])
+    assert types(again)[-1] == "done"
+
+
+async def test_failing_chat_provider_falls_back(chat_services, model, settings, tmp_path) -> None:
+    import dataclasses
+
+    from core.llm_router import build_router
+
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - {model_name: chat, litellm_params: {model: scripted/down}}\n"
+        "  - {model_name: backup, litellm_params: {model: scripted/backup}}\n"
+        "  - {model_name: utility, litellm_params: {model: scripted/utility}}\n"
+        "router_settings:\n  num_retries: 0\n  fallbacks: [{chat: [backup]}]\n"
+    )
+    router = build_router(settings.model_copy(update={"models_config": config}))
+    backup = provider_handler("scripted")
+    backup.push({"text": "answer from the backup"})
+    services = dataclasses.replace(chat_services, router=router)
+    turn = await start_turn(services, None, "hello?", use_web=False)
+    events = [event async for event in stream_turn(turn)]
+    assert types(events)[-1] == "done"
+    assert [c["model"] for c in backup.calls] == ["down", "backup"]
+    saved = await chat_store.list_messages(services.database.pool, turn.context.chat_id)
+    assert saved[-1]["content"] == "answer from the backup"
+
+
+async def test_client_leaving_mid_stream_saves_an_interrupted_reply(client, model) -> None:
+    model.push({"text": " ".join(f"word{i}" for i in range(200)), "delay": 0.05})
+    chat_id = None
+    async with client.stream("POST", "/api/messages", json={"content": "Write a lot"}) as r:
+        tokens = 0
+        async for event in read_events(r):
+            if event["type"] == "chat":
+                chat_id = event["chat_id"]
+            tokens += event["type"] == "token"
+            if tokens == 3:
+                break  # leaving the block closes the connection
+    for _ in range(100):
+        saved = await messages_of(client, chat_id)
+        if len(saved) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert saved[1]["status"] == "interrupted"
+    assert saved[1]["content"].startswith("word0 word1 word2")
+    assert len(saved[1]["content"].split()) < 50  # the model call was cancelled, not finished
+    model.reset()
+    model.push({"text": "ok"})
+    assert types(await send(client, "still there?", chat_id))[-1] == "done"
+
+
+async def test_second_message_while_streaming_is_refused(client, model) -> None:
+    model.push({"text": "slow " * 30, "delay": 0.05}, {"text": "done now"})
+    async with client.stream("POST", "/api/messages", json={"content": "First"}) as r:
+        events = read_events(r)
+        chat_id = (await anext(events))["chat_id"]
+        busy = await client.post(f"/api/chats/{chat_id}/messages", json={"content": "Second"})
+        assert busy.status_code == 409
+        assert "still being written" in busy.json()["error"]
+        remaining = [e async for e in events]
+        assert remaining[-1]["type"] == "done"
+    assert types(await send(client, "Now it works", chat_id))[-1] == "done"
+    texts = [m["content"] for m in await messages_of(client, chat_id)]
+    assert "Second" not in texts
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body", "status", "error"),
+    [
+        ("POST", "/api/messages", {"content": ""}, 422, "content: the message is empty"),
+        ("POST", "/api/messages", {"content": " \n\t "}, 422, "content: the message is empty"),
+        ("POST", "/api/messages", {"content": "x" * (MAX_MESSAGE_CHARS + 1)}, 422, "content:"),
+        ("POST", "/api/messages", {}, 422, "content: Field required"),
+        ("POST", f"/api/chats/{uuid.UUID(int=1)}/messages", {"content": "hi"}, 404, "No chat"),
+        (
+            "POST",
+            "/api/chats/not-an-id/messages",
+            {"content": "hi"},
+            422,
+            "chat_id: not a valid id",
+        ),
+        ("POST", "/api/messages", {"content": "hi", "use_web": True}, 400, "Web search"),
+        ("GET", "/api/chats/not-an-id/messages", None, 422, "chat_id: not a valid id"),
+        ("GET", f"/api/chats/{uuid.UUID(int=1)}/messages", None, 404, "No chat"),
+        ("GET", f"/api/chats/{uuid.UUID(int=1)}/summary", None, 404, "No chat"),
+        ("PATCH", f"/api/chats/{uuid.UUID(int=1)}", {"title": "x"}, 404, "No chat"),
+        ("DELETE", f"/api/chats/{uuid.UUID(int=1)}", None, 404, "No chat"),
+    ],
+)
+async def test_bad_input_gets_a_clear_4xx(client, model, method, url, body, status, error) -> None:
+    response = await client.request(method, url, json=body)
+    assert response.status_code == status
+    assert error in response.json()["error"]
+    assert model.calls == []
+
+
+async def test_rename_delete_and_filter_chats(client, model) -> None:
+    model.push({"text": "a"}, {"text": "b"})
+    first = (await send(client, "Planning a garden"))[0]["chat_id"]
+    second = (await send(client, "Fixing my bicycle"))[0]["chat_id"]
+    renamed = await client.patch(f"/api/chats/{first}", json={"title": "  Vegetable garden  "})
+    assert renamed.json()["title"] == "Vegetable garden"
+    assert (await client.patch(f"/api/chats/{first}", json={"title": "   "})).status_code == 422
+    found = (await client.get("/api/chats", params={"q": "GARDEN"})).json()
+    assert [c["chat_id"] for c in found] == [first]
+    listed = [c["chat_id"] for c in (await client.get("/api/chats")).json()]
+    assert listed.index(second) < listed.index(first)  # newest activity first
+    assert (await client.delete(f"/api/chats/{first}")).status_code == 204
+    assert (await client.get(f"/api/chats/{first}/messages")).status_code == 404
+
+
+# --- rolling summary -----------------------------------------------------------------------------
+
+
+async def _chat_with_messages(pool: Any, count: int) -> uuid.UUID:
+    chat = await chat_store.create_chat(pool, "summary test")
+    for i in range(count):
+        role = "user" if i % 2 == 0 else "assistant"
+        await chat_store.add_message(pool, chat["chat_id"], role, f"{role} message {i}")
+    return chat["chat_id"]
+
+
+async def test_summary_folds_what_left_the_window_after_done(client, model, chat_services) -> None:
+    pool = chat_services.database.pool
+    chat_id = await _chat_with_messages(pool, 8)
+    model.push({"text": "reply"})
+    events = await send(client, "message 8", chat_id)  # 10 messages now: no summary yet
+    assert "summary" not in types(events)
+    assert len(model.calls) == 1
+
+    model.push({"text": "reply"}, {"text": "The user sent messages 0 and 1."})
+    events = await send(client, "message 10", chat_id)  # 12 unsummarised: fold the oldest 2
+    assert types(events)[-2:] == ["done", "summary"]
+    request = model.calls[-1]
+    assert request["model"] == "utility"
+    assert f"at most {summary_words(2)} words" in request["messages"][0]["content"]
+    assert "user message 0" in request["messages"][1]["content"]
+    assert "user message 2" not in request["messages"][1]["content"]
+    messages = await chat_store.list_messages(pool, chat_id)
+    chat = await chat_store.get_chat(pool, chat_id)
+    assert chat["summary"] == "The user sent messages 0 and 1."
+    assert chat["summary_upto_message_id"] == messages[1]["message_id"]
+    summary = (await client.get(f"/api/chats/{chat_id}/summary")).json()
+    assert summary["summary"] == "The user sent messages 0 and 1."
+
+    # The next prompt carries the summary and still the latest 10 messages verbatim.
+    model.push({"text": "reply"}, {"text": "Messages 0 to 3 happened."})
+    await send(client, "message 12", chat_id)
+    prompt = model.calls[-2]["messages"]
+    assert "The user sent messages 0 and 1." in prompt[0]["content"]
+    assert len(prompt) == 1 + HISTORY_MESSAGES + 1
+    assert f"at most {summary_words(4)} words" in model.calls[-1]["messages"][0]["content"]
+
+
+async def test_failed_summary_keeps_the_pointer_and_retries(client, model, chat_services) -> None:
+    pool = chat_services.database.pool
+    chat_id = await _chat_with_messages(pool, 10)
+    # utility fails, and so does its fallback (chat): the summary is skipped, not the reply.
+    model.push({"text": "reply"}, {"error": "utility down"}, {"error": "chat down too"})
+    events = await send(client, "message 10", chat_id)
+    assert types(events)[-1] == "done"
+    chat = await chat_store.get_chat(pool, chat_id)
+    assert chat["summary"] is None and chat["summary_upto_message_id"] is None
+
+    model.push({"text": "reply"}, {"text": "Folded at last."})
+    events = await send(client, "message 12", chat_id)
+    assert types(events)[-1] == "summary"
+    chat = await chat_store.get_chat(pool, chat_id)
+    messages = await chat_store.list_messages(pool, chat_id)
+    assert chat["summary"] == "Folded at last."
+    assert chat["summary_upto_message_id"] == messages[3]["message_id"]  # 14 - 10 folded
+
+
+def test_summary_word_target() -> None:
+    assert summary_words(2) == 68
+    assert summary_words(100) == 460
+    assert summary_words(1000) == 500

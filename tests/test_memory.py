@@ -1,0 +1,381 @@
+"""Long-term memory: core/memory_store.py's save/retrieve and the chat tools, on a real Postgres
+with the real embedding model (each test gets a fresh database: memories are global)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from datetime import date
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from psycopg_pool import AsyncConnectionPool
+
+from chat.state import TurnContext
+from chat.tools import TOOLS, retrieve_memory, save_memory, tool_schemas
+from core import chat_store, memory_store
+from core.db import _configure_connection
+from rag.embedder import Embedder
+
+PETS = [
+    "The user has a golden retriever named Max.",
+    "The user has two cats, Luna and Milo.",
+    "The user keeps tropical fish in a large aquarium.",
+    "The user's daughter has a pet hamster called Nibbles.",
+    "The user used to have a parrot as a child.",
+    "The user is allergic to horses.",
+    "The user volunteers at an animal shelter on Saturdays.",
+]
+OTHER_FACTS = [
+    "The user works as a nurse in Lisbon.",
+    "The user is learning to play the piano.",
+    "The user prefers tea to coffee.",
+]
+
+
+async def count_memories(pool: AsyncConnectionPool) -> int:
+    async with pool.connection() as conn:
+        cursor = await conn.execute("SELECT count(*) FROM memories")
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def save_all(pool: AsyncConnectionPool, embedder: Embedder, facts: list[str]) -> None:
+    for fact in facts:
+        result = await memory_store.save_memory(pool, embedder, fact)
+        assert result.saved, f"{fact!r} was taken for {result.memory['content']!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# core/memory_store.py
+
+
+async def test_saved_memory_is_found_by_meaning(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    await save_all(memory_pool, embedder, [PETS[0], *OTHER_FACTS])
+
+    # No word in common with the memory but "the user".
+    found = await memory_store.retrieve_memories(
+        memory_pool, embedder, "Which animals live with the user?"
+    )
+
+    assert found, "nothing found"
+    assert found[0].content == PETS[0]
+    assert found[0].similarity >= memory_store.RELEVANCE_FLOOR
+    assert isinstance(found[0].memory_id, uuid.UUID)
+    assert found[0].created_at.tzinfo is not None
+
+
+async def test_unrelated_query_finds_nothing(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    await save_all(memory_pool, embedder, [*PETS[:3], *OTHER_FACTS])
+
+    for query in ["What is the boiling point of nitrogen?", "Who won the 1998 World Cup final?"]:
+        # The rows are there (without the floor the nearest would come back) ...
+        async with memory_pool.connection() as conn:
+            cursor = await conn.execute(
+                memory_store.NEAREST_SQL,
+                {
+                    "vector": await embedder.embed_query(query),
+                    "model": embedder.model_name,
+                    "limit": 5,
+                },
+            )
+            assert len(await cursor.fetchall()) == 5
+        # ... but none is similar enough to count as relevant.
+        assert await memory_store.retrieve_memories(memory_pool, embedder, query) == []
+
+
+async def test_paraphrase_is_not_stored_twice(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    first = await memory_store.save_memory(memory_pool, embedder, "The user has a dog named Max.")
+    assert first.saved
+    assert first.similarity is None
+
+    again = await memory_store.save_memory(memory_pool, embedder, "The user owns a dog called Max.")
+    assert not again.saved
+    assert again.memory["memory_id"] == first.memory["memory_id"]
+    assert again.memory["content"] == "The user has a dog named Max."
+    assert again.similarity is not None
+    assert again.similarity >= memory_store.DUPLICATE_SIMILARITY
+
+    # The same text with other spacing is the same memory (similarity 1).
+    same = await memory_store.save_memory(
+        memory_pool, embedder, "  The user has a dog\n named   Max.  "
+    )
+    assert not same.saved
+    assert same.similarity == pytest.approx(1.0, abs=1e-4)
+    assert await count_memories(memory_pool) == 1
+
+
+async def test_different_facts_are_all_stored(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    facts = [
+        "The user is allergic to peanuts.",
+        "The user is allergic to shellfish.",  # same topic, a different fact
+        "The user is vegetarian.",
+        "The user is vegan.",  # similarity 0.87: close, and still a different fact
+        "The user's daughter is called Mia.",
+        "The user's son is called Leo.",
+    ]
+    results = [await memory_store.save_memory(memory_pool, embedder, fact) for fact in facts]
+
+    assert [r.saved for r in results] == [True] * len(facts)
+    assert [r.memory["content"] for r in results] == facts
+    assert await count_memories(memory_pool) == len(facts)
+
+
+async def test_empty_or_too_long_memory_is_rejected(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    with pytest.raises(ValueError, match="at most 500 characters, not 501"):
+        await memory_store.save_memory(memory_pool, embedder, "x" * 501)
+    with pytest.raises(ValueError, match="can't be empty"):
+        await memory_store.save_memory(memory_pool, embedder, " \n\t ")
+    assert await count_memories(memory_pool) == 0
+
+    # The limit applies after whitespace is normalized: 500 characters plus padding is fine.
+    fact = "The user likes long walks. " * 18 + "x" * 14
+    assert len(fact) == 500
+    result = await memory_store.save_memory(memory_pool, embedder, f"\n  {fact}  \n")
+    assert result.saved
+    assert result.memory["content"] == fact
+
+    with pytest.raises(ValueError, match="can't be empty"):
+        await memory_store.retrieve_memories(memory_pool, embedder, "   ")
+    with pytest.raises(ValueError, match="at least 1"):
+        await memory_store.retrieve_memories(memory_pool, embedder, "pets", limit=0)
+
+
+class SimultaneousEmbedder:
+    """The real embedder, but each call waits until `parties` calls have their vectors.
+
+    So concurrent saves reach the database at the same moment, as two server processes can:
+    without the lock both would find nothing and both insert.
+    """
+
+    def __init__(self, embedder: Embedder, parties: int) -> None:
+        self.model_name = embedder.model_name
+        self._embedder = embedder
+        self._barrier = asyncio.Barrier(parties)
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        vectors = await self._embedder.embed_documents(texts)
+        await self._barrier.wait()
+        return vectors
+
+
+async def test_concurrent_saves_of_one_fact_store_one_row(
+    memory_pool: AsyncConnectionPool, embedder: Embedder, fresh_database: str
+) -> None:
+    # A second pool stands for a second server process on the same database.
+    other_process = AsyncConnectionPool(
+        fresh_database, min_size=1, max_size=2, open=False, configure=_configure_connection
+    )
+    await other_process.open(wait=True, timeout=10)
+    try:
+        together = SimultaneousEmbedder(embedder, parties=3)
+        results = await asyncio.gather(
+            memory_store.save_memory(memory_pool, together, "The user is vegetarian."),
+            memory_store.save_memory(other_process, together, "The user is vegetarian."),
+            memory_store.save_memory(memory_pool, together, "The user is  vegetarian."),
+        )
+    finally:
+        await other_process.close()
+
+    assert sorted(r.saved for r in results) == [False, False, True]
+    assert len({r.memory["memory_id"] for r in results}) == 1
+    assert await count_memories(memory_pool) == 1
+
+
+async def test_retrieval_returns_the_closest_five_best_first(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    await save_all(memory_pool, embedder, [*PETS, *OTHER_FACTS])
+    query = "What pets does the user have?"
+
+    found = await memory_store.retrieve_memories(memory_pool, embedder, query)
+
+    assert len(found) == 5
+    similarities = [m.similarity for m in found]
+    assert similarities == sorted(similarities, reverse=True)
+    # The same five the model itself ranks highest, with the same similarities.
+    facts = [*PETS, *OTHER_FACTS]
+    expected = (await embedder.embed_documents(facts)) @ await embedder.embed_query(query)
+    best = np.argsort(-expected)[:5]
+    assert [m.content for m in found] == [facts[i] for i in best]
+    np.testing.assert_allclose(similarities, expected[best], atol=1e-4)
+
+    two = await memory_store.retrieve_memories(memory_pool, embedder, query, limit=2)
+    assert [m.content for m in two] == [m.content for m in found[:2]]
+
+
+async def test_nearest_query_uses_the_hnsw_index(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    await save_all(memory_pool, embedder, OTHER_FACTS)
+    vector = await embedder.embed_query("pets")
+    async with memory_pool.connection() as conn, conn.transaction():
+        # On a table this small the planner rightly prefers reading it all and sorting (it picks
+        # the HNSW index by itself from a few thousand rows). Forbid scans and sorts to see that
+        # the query *can* be answered in order by the index: ordering by `1 - distance`, say,
+        # could not, and would need a sort.
+        for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+            await conn.execute(f"SET LOCAL {setting} = off")
+        cursor = await conn.execute(
+            "EXPLAIN " + memory_store.NEAREST_SQL,
+            {"vector": vector, "model": embedder.model_name, "limit": 5},
+        )
+        plan = "\n".join(row[0] for row in await cursor.fetchall())
+    assert "memories_embedding_idx" in plan, plan
+
+
+async def test_save_keeps_the_source_only_if_it_exists(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    chat = await chat_store.create_chat(memory_pool)
+    message = await chat_store.add_message(memory_pool, chat["chat_id"], "user", "I'm vegetarian.")
+    kept = await memory_store.save_memory(
+        memory_pool,
+        embedder,
+        "The user is vegetarian.",
+        source_chat_id=chat["chat_id"],
+        source_message_id=message["message_id"],
+    )
+    assert kept.memory["source_chat_id"] == chat["chat_id"]
+    assert kept.memory["source_message_id"] == message["message_id"]
+
+    # A chat deleted mid-turn: the fact is still saved, without a source.
+    gone = await memory_store.save_memory(
+        memory_pool,
+        embedder,
+        "The user lives in Porto.",
+        source_chat_id=uuid.uuid4(),
+        source_message_id=uuid.uuid4(),
+    )
+    assert gone.saved
+    assert gone.memory["source_chat_id"] is None
+    assert gone.memory["source_message_id"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# chat/tools.py
+
+
+def turn_config(pool: AsyncConnectionPool, embedder: Embedder, chat_id: uuid.UUID) -> Any:
+    services = SimpleNamespace(database=SimpleNamespace(pool=pool), embedder=embedder)
+    turn = TurnContext(
+        services=services,  # type: ignore[arg-type]  # what the tools use of Services
+        chat_id=chat_id,
+        user_message_id=uuid.uuid4(),
+        trace_id="test",
+        started=time.monotonic(),
+    )
+    return {"configurable": {"turn": turn}}
+
+
+def test_tool_schemas_show_only_the_model_arguments() -> None:
+    schemas = tool_schemas()
+    assert [s["function"]["name"] for s in schemas] == ["save_memory", "retrieve_memory"]
+    assert [s["function"]["name"] for s in schemas] == [t.name for t in TOOLS]
+    parameters = {s["function"]["name"]: s["function"]["parameters"] for s in schemas}
+    assert set(parameters["save_memory"]["properties"]) == {"content"}
+    assert parameters["save_memory"]["required"] == ["content"]
+    assert set(parameters["retrieve_memory"]["properties"]) == {"query"}
+    # `config` is injected by LangChain, never asked of the model.
+    assert "config" not in json.dumps(schemas)
+    for tool in TOOLS:
+        assert "config" not in tool.tool_call_schema.model_json_schema()["properties"]
+        assert convert_to_openai_tool(tool) in schemas
+    # The descriptions tell the model when to call them, as plain one-line paragraphs.
+    save_text = schemas[0]["function"]["description"]
+    assert "third person" in save_text and "500 characters" in save_text
+    assert "before answering a personal question" in schemas[1]["function"]["description"]
+    assert all("\n    " not in s["function"]["description"] for s in schemas)
+
+    assert tool_schemas(["retrieve_memory"]) == [schemas[1]]
+    with pytest.raises(ValueError, match="web_serch"):
+        tool_schemas(["web_serch"])
+
+
+async def test_save_tool_says_saved_then_already_known(
+    memory_pool: AsyncConnectionPool, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    chat = await chat_store.create_chat(memory_pool)
+    config = turn_config(memory_pool, embedder, chat["chat_id"])
+    caplog.set_level(logging.INFO, logger="resolveai.memory")
+
+    first = await save_memory.ainvoke({"content": "The user is vegetarian."}, config=config)
+    again = await save_memory.ainvoke({"content": "The user is a vegetarian."}, config=config)
+
+    assert json.loads(first) == {"saved": True, "memory": "The user is vegetarian."}
+    answer = json.loads(again)
+    assert answer["saved"] is False
+    assert answer["already_known"] == "The user is vegetarian."
+    assert "already known" in answer["note"]
+    assert await count_memories(memory_pool) == 1
+    async with memory_pool.connection() as conn:
+        cursor = await conn.execute("SELECT source_chat_id FROM memories")
+        assert await cursor.fetchall() == [(chat["chat_id"],)]
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    short_id = chat["chat_id"].hex[:8]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"Memory: saved 'The user is vegetarian.' (chat {short_id}, ")
+    assert lines[0].endswith(" ms)")
+    assert lines[1].startswith(
+        "Memory: already known 'The user is a vegetarian.' as 'The user is vegetarian.'"
+    )
+
+
+async def test_save_tool_rejects_a_too_long_fact(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    config = turn_config(memory_pool, embedder, uuid.uuid4())
+    with pytest.raises(ValueError, match="at most 500 characters"):
+        await save_memory.ainvoke({"content": "The user " + "x" * 500}, config=config)
+    assert await count_memories(memory_pool) == 0
+
+
+async def test_retrieve_tool_lists_memories_or_says_none(
+    memory_pool: AsyncConnectionPool, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    await save_all(memory_pool, embedder, [*PETS[:2], *OTHER_FACTS])
+    chat_id = uuid.uuid4()
+    config = turn_config(memory_pool, embedder, chat_id)
+    caplog.set_level(logging.INFO, logger="resolveai.memory")
+
+    found = json.loads(
+        await retrieve_memory.ainvoke({"query": "What pets does the user have?"}, config=config)
+    )
+    nothing = json.loads(
+        await retrieve_memory.ainvoke(
+            {"query": "What is the boiling point of nitrogen?"}, config=config
+        )
+    )
+
+    memories = found["memories"]
+    assert 1 <= len(memories) <= 5
+    assert {m["content"] for m in memories[:2]} == set(PETS[:2])
+    assert all(set(m) == {"content", "saved_on"} for m in memories)
+    # Saved moments ago (by the database's clock, which may be a day off in UTC).
+    assert abs((date.fromisoformat(memories[0]["saved_on"]) - date.today()).days) <= 1
+    assert nothing == {"memories": [], "note": "nothing relevant is known"}
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    plural = "1 memory" if len(memories) == 1 else f"{len(memories)} memories"
+    assert lines[0].startswith(
+        f"Memory: {plural} found for 'What pets does the user have?' (chat {chat_id.hex[:8]}, "
+    )
+    assert lines[1].startswith("Memory: 0 memories found for 'What is the boiling point")
