@@ -29,7 +29,7 @@ builder.add_node("update_summary", update_summary)
 
 builder.add_edge(START, "build_prompt")
 builder.add_edge("build_prompt", "call_model")
-builder.add_conditional_edges("call_model", route_after_model, ["tools", "save_turn"])
+builder.add_conditional_edges("call_model", route_after_model, ["tools", "call_model", "save_turn"])
 builder.add_conditional_edges("tools", route_after_tools, ["call_model", "use_tool_answer"])
 builder.add_edge("use_tool_answer", "save_turn")
 builder.add_edge("save_turn", "update_summary")

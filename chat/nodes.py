@@ -80,7 +80,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     """One streamed call of the `chat` model; the last allowed call gets no tools."""
     turn = turn_of(config)
     calls = state.get("model_calls", 0) + 1
-    tools = tool_schemas() if calls < MAX_MODEL_CALLS else None
+    tools = None if calls >= MAX_MODEL_CALLS or state.get("answer_now") else tool_schemas()
     steps = [step_event(turn, "Thinking" if calls == 1 else "Thinking about what the tools found")]
     writer = get_stream_writer()
     reply = state.get("reply", "")
@@ -120,6 +120,12 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
         (time.monotonic() - started) * 1000,
         f"{len(tool_calls)} tool calls" if tool_calls else f"{len(message.content or '')} chars",
     )
+    if tool_calls and all(_already_done(call, state) for call in tool_calls):
+        # Small models tend to repeat a call instead of reading its result: answer now instead.
+        log.info(
+            "Chat %s: the model repeated a tool call; asking for the answer", short_id(turn.chat_id)
+        )
+        return {"model_calls": calls, "reply": reply, "steps": steps, "answer_now": True}
     assistant: dict[str, Any] = {"role": "assistant", "content": message.content or None}
     if tool_calls:
         assistant["tool_calls"] = tool_calls
@@ -128,8 +134,24 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     return {"messages": [assistant], "model_calls": calls, "reply": reply, "steps": steps}
 
 
+def _already_done(call: dict[str, Any], state: ChatState) -> bool:
+    try:
+        args = json.loads(call["function"]["arguments"] or "{}")
+    except ValueError:
+        return False
+    return any(
+        done["name"] == call["function"]["name"] and done["args"] == args
+        for done in state.get("tool_calls", [])
+    )
+
+
 def route_after_model(state: ChatState) -> str:
-    return "tools" if state["messages"][-1].get("tool_calls") else "save_turn"
+    last = state["messages"][-1]
+    if last.get("role") == "assistant" and last.get("tool_calls"):
+        return "tools"
+    return (
+        "call_model" if state.get("answer_now") and last.get("role") != "assistant" else "save_turn"
+    )
 
 
 # --- tools ---------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ class ChatState(TypedDict, total=False):
     use_web: bool  # the user ticked "Use web tool"
     messages: Annotated[list[dict[str, Any]], operator.add]  # what the model sees, in order
     model_calls: int
+    answer_now: bool  # the next model call gets no tools (the model was looping)
     reply: str  # the text shown to the user so far
     sources: list[dict[str, Any]]
     steps: Annotated[list[dict[str, Any]], operator.add]

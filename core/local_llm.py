@@ -132,6 +132,24 @@ class LocalLlamaProvider(InProcessProvider):
         self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
     ) -> AsyncIterator[ProviderEvent]:
         tools = [] if params.get("tool_choice") == "none" else list(params.get("tools") or [])
+        answered = False
+        async for event in self._generate_once(messages, params, tools):
+            if isinstance(event, ToolCallRequest) or (
+                isinstance(event, TextDelta) and event.text.strip()
+            ):
+                answered = True
+            if isinstance(event, UsageReport) and tools and not answered:
+                # With tools in its prompt this small model sometimes writes only an empty
+                # `<tools></tools>`; asked again without them, it answers.
+                log.info("Local model: empty reply with tools offered; asking again without tools")
+                async for retry in self._generate_once(messages, params, []):
+                    yield retry
+                return
+            yield event
+
+    async def _generate_once(
+        self, messages: list[dict[str, Any]], params: dict[str, Any], tools: list[dict[str, Any]]
+    ) -> AsyncIterator[ProviderEvent]:
         tool_names = {
             tool["function"]["name"]
             for tool in tools

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 WEB_NOTE = "use web tool to answer"
 
 CHAT_INSTRUCTIONS = """\
 You are ResolveAI, a personal assistant that remembers its user across chats.
-Current date and time: {now:%A, %d %B %Y, %H:%M} UTC.
+Current date and time: {now:%A, %d %B %Y}, between {now:%H}:00 and {next_hour:%H}:00 UTC.
 
 How to work:
 - Answer in clear, well-structured Markdown. Be direct and concise; say so when you are unsure.
@@ -30,7 +30,11 @@ decisions, answers given, open questions and tasks. Write in the third person ("
 
 def chat_instructions(now: datetime, summary: str | None) -> str:
     """The system message: instructions, then the chat's summary when it has one."""
-    parts = [f"<instructions>\n{CHAT_INSTRUCTIONS.format(now=now)}\n</instructions>"]
+    # To the hour, not the minute: the instructions open every prompt, so a time that changed
+    # every minute would void the local model's prompt cache (seconds of prompt reading per turn).
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    instructions = CHAT_INSTRUCTIONS.format(now=hour, next_hour=hour + timedelta(hours=1))
+    parts = [f"<instructions>\n{instructions}\n</instructions>"]
     if summary:
         parts.append(f"<conversation_summary>\n{summary}\n</conversation_summary>")
     return "\n\n".join(parts)

@@ -23,9 +23,16 @@ ToolCall = tuple[str, dict[str, Any]]
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
+# Qwen2.5-Coder (1.5B) often wraps its call in `<tools>`, copying the tag its chat template puts
+# around the tool list, and writes an empty `<tools></tools>` when it means no call at all.
+OPEN_TAGS = (OPEN_TAG, "<tools>")
 
 # A tag's body ends at its closing tag, at the next opening tag, or at the end of the reply.
-_TAG_RE = re.compile(r"<tool_call>(?P<body>.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+_TAG_RE = re.compile(
+    r"<(?P<tag>tool_call|tools)>(?P<body>.*?)(?:</(?P=tag)>|(?=<tool_call>|<tools>)|\Z)",
+    re.DOTALL,
+)
+_EMPTY_TAG_RE = re.compile(r"<(tool_call|tools)>\s*</\1>")
 # Any fenced block (closed or running to the end of the reply), with its info string.
 _FENCE_RE = re.compile(r"```(?P<lang>[^\n`]*)\n(?P<body>.*?)(?:```|\Z)", re.DOTALL)
 # Fence languages whose body may be a tool call; ``` with no language counts too.
@@ -59,6 +66,7 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> tuple[str, list[ToolCal
     """
     if not tool_names or not text:
         return text, []
+    text = _EMPTY_TAG_RE.sub("", text)
     calls: list[tuple[int, ToolCall]] = []
     cut: list[tuple[int, int]] = []
 
@@ -141,7 +149,7 @@ class ToolCallStreamFilter:
         return parse_tool_calls(text, self.tool_names)
 
     def _scan(self, text: str) -> str:
-        index = text.find(OPEN_TAG)
+        index = min((i for i in (text.find(tag) for tag in OPEN_TAGS) if i >= 0), default=-1)
         if index >= 0:
             shown, self._held = text[:index], text[index:]
             if not self._shown_visible and not shown.strip():
@@ -149,11 +157,13 @@ class ToolCallStreamFilter:
                 shown, self._held = "", text
         else:
             shown = text
-            # Hold a piece's end that could grow into `<tool_call>` with the next piece.
-            for size in range(min(len(OPEN_TAG) - 1, len(text)), 0, -1):
-                if text.endswith(OPEN_TAG[:size]):
-                    shown, self._pending = text[:-size], text[-size:]
-                    break
+            # Hold a piece's end that could grow into an opening tag with the next piece.
+            size = max(
+                (n for tag in OPEN_TAGS for n in range(1, len(tag)) if text.endswith(tag[:n])),
+                default=0,
+            )
+            if size:
+                shown, self._pending = text[:-size], text[-size:]
         self._shown_visible = self._shown_visible or bool(shown.strip())
         return shown
 

@@ -172,7 +172,7 @@ async def test_failing_tool_gives_the_model_an_error_and_the_turn_goes_on(client
 
 async def test_tool_loop_is_capped_and_the_last_call_has_no_tools(client, model) -> None:
     model.push(
-        *[tool_call("retrieve_memory", query="anything") for _ in range(MAX_MODEL_CALLS - 1)]
+        *[tool_call("retrieve_memory", query=f"anything {i}") for i in range(MAX_MODEL_CALLS - 1)]
     )
     model.push({"text": "Here is my answer anyway."})
     events = await send(client, "Loop forever please")
@@ -183,6 +183,16 @@ async def test_tool_loop_is_capped_and_the_last_call_has_no_tools(client, model)
     saved = await messages_of(client, events[0]["chat_id"])
     assert saved[1]["content"] == "Here is my answer anyway."
     assert len(saved[1]["tool_calls"]) == MAX_MODEL_CALLS - 1
+
+
+async def test_a_repeated_tool_call_gets_an_answer_instead(client, model) -> None:
+    repeat = tool_call("retrieve_memory", query="favourite colour")
+    model.push(repeat, repeat, {"text": "I don't know your favourite colour yet."})
+    events = await send(client, "What's my favourite colour?")
+    assert [bool(call["tools"]) for call in model.calls] == [True, True, False]
+    assert [e["name"] for e in events if e["type"] == "tool_start"] == ["retrieve_memory"]
+    saved = await messages_of(client, events[0]["chat_id"])
+    assert saved[1]["content"] == "I don't know your favourite colour yet."
 
 
 # --- failures ------------------------------------------------------------------------------------

@@ -217,3 +217,30 @@ def test_leading_whitespace_before_a_call_is_not_shown() -> None:
     shown, rest, calls = run_filter(pieces)
     assert shown == ["", ""]
     assert (rest, calls) == ("", [PARIS])
+
+
+def test_call_wrapped_in_tools_tag_like_the_template() -> None:
+    text = '<tools>\n{"name": "retrieve_memory", "arguments": {"query": "name"}}\n</tools>'
+    rest, calls = parse_tool_calls(text, {"retrieve_memory"})
+    assert calls == [("retrieve_memory", {"query": "name"})]
+    assert rest == ""
+
+
+def test_empty_tools_tag_is_no_call_and_no_text() -> None:
+    assert parse_tool_calls("<tools></tools>", {"save_memory"}) == ("", [])
+    assert parse_tool_calls("Paris.<tools>\n</tools>", {"save_memory"}) == ("Paris.", [])
+
+
+def test_stream_filter_holds_a_tools_tag_split_across_pieces() -> None:
+    stream = ToolCallStreamFilter({"save_memory"})
+    shown = "".join(
+        stream.feed(piece)
+        for piece in [
+            "Sure. ",
+            "<too",
+            'ls>{"name": "save_memory", ',
+            '"arguments": {"content": "x"}}',
+        ]
+    )
+    assert shown == "Sure. "
+    assert stream.finish() == ("", [("save_memory", {"content": "x"})])
