@@ -18,6 +18,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chat.routes import router as chat_router
 from core.config import Settings, get_settings
@@ -27,6 +28,52 @@ from core.services import Services, open_services
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 log = logging.getLogger("resolveai")
+
+# The browser UI loads nothing from other origins and runs no inline script or style, so the
+# policy can forbid both: model output that slips past the sanitizer still cannot run.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+# FastAPI's own API docs pages load Swagger UI / ReDoc from a CDN: they keep working, without CSP.
+CSP_EXEMPT_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc")
+
+
+class SecurityHeaders:
+    """Adds the security headers to every HTTP response.
+
+    Plain ASGI rather than BaseHTTPMiddleware: that one buffers through a task of its own, which
+    gets in the way of streamed replies and of noticing that the client left (Stop).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        exempt = scope["path"] in CSP_EXEMPT_PATHS
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [
+                    (n, v)
+                    for n, v in SECURITY_HEADERS
+                    if n not in names and not (exempt and n == b"content-security-policy")
+                ]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
@@ -54,6 +101,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             log.info("ResolveAI stopped")
 
     app = FastAPI(title="ResolveAI", lifespan=lifespan)
+    app.add_middleware(SecurityHeaders)
     app.include_router(chat_router)
 
     @app.exception_handler(HTTPException)

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +20,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
 from chat.state import ChatState, TurnContext, turn_of
-from chat.tools import TOOLS_BY_NAME, tool_schemas
+from chat.steps import short_id, step_event
+from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
 from core import chat_store
 from core.prompts import chat_instructions, summary_request, user_turn
 from core.tracing import trace_metadata
@@ -29,19 +31,6 @@ log = logging.getLogger("resolveai.chat")
 HISTORY_MESSAGES = 10  # the latest messages the model sees verbatim (5 user + 5 assistant)
 MAX_MODEL_CALLS = 6  # per user message; the last one is made without tools
 SUMMARY_TRIGGER = 12  # fold once this many messages are not yet in the summary
-
-
-def short_id(value: object) -> str:
-    return str(value)[:8]
-
-
-def step_event(turn: TurnContext, text: str, **extra: Any) -> dict[str, Any]:
-    """A plain-language progress line, sent to the browser, logged, and kept with the reply."""
-    elapsed_ms = round((time.monotonic() - turn.started) * 1000)
-    step = {"text": text, "elapsed_ms": elapsed_ms, **extra}
-    get_stream_writer()({"type": "step", **step})
-    log.info("Chat %s: %s (%d ms)", short_id(turn.chat_id), text, elapsed_ms)
-    return step
 
 
 # --- build_prompt --------------------------------------------------------------------------------
@@ -54,7 +43,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     chat = await chat_store.get_chat(pool, turn.chat_id)
     history = await chat_store.recent_messages(pool, turn.chat_id, limit=HISTORY_MESSAGES + 1)
     earlier = [
-        {"role": m["role"], "content": m["content"]}
+        {"role": m["role"], "content": _with_sources(m["content"], m["sources"])}
         for m in history
         if m["message_id"] != turn.user_message_id and m["content"].strip()
     ][-HISTORY_MESSAGES:]
@@ -73,6 +62,14 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     return {"messages": messages, "model_calls": 0, "reply": ""}
 
 
+def _with_sources(content: str, sources: list[dict[str, Any]]) -> str:
+    """A web answer as the model sees it later: its [n] citations resolved by a sources list."""
+    if not sources:
+        return content
+    listed = "\n".join(f"[{s['n']}] {s['title']}: {s['url']}" for s in sources)
+    return f"{content}\n\nSources:\n{listed}"
+
+
 # --- call_model ----------------------------------------------------------------------------------
 
 
@@ -80,8 +77,14 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     """One streamed call of the `chat` model; the last allowed call gets no tools."""
     turn = turn_of(config)
     calls = state.get("model_calls", 0) + 1
-    tools = None if calls >= MAX_MODEL_CALLS or state.get("answer_now") else tool_schemas()
-    steps = [step_event(turn, "Thinking" if calls == 1 else "Thinking about what the tools found")]
+    names = available_tool_names(turn.services)
+    tools = None if calls >= MAX_MODEL_CALLS or state.get("answer_now") else tool_schemas(names)
+    # "Use web tool" ticked: the first search of the message is not the model's choice.
+    force_search = (
+        bool(tools) and "web_search" in names and state.get("use_web") and not turn.searches
+    )
+    tool_choice = {"type": "function", "function": {"name": "web_search"}} if force_search else None
+    step_event(turn, "Thinking" if calls == 1 else "Thinking about what the tools found")
     writer = get_stream_writer()
     reply = state.get("reply", "")
     separator = "\n\n" if reply else ""
@@ -91,6 +94,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
         model="chat",
         messages=state["messages"],
         tools=tools,
+        tool_choice=tool_choice,
         stream=True,
         metadata=trace_metadata(turn.trace_id, str(turn.chat_id), f"chat call {calls}"),
     )
@@ -120,18 +124,34 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
         (time.monotonic() - started) * 1000,
         f"{len(tool_calls)} tool calls" if tool_calls else f"{len(message.content or '')} chars",
     )
+    if force_search and not any(c["function"]["name"] == "web_search" for c in tool_calls):
+        # A model that ignored tool_choice still searches: with the user's own words.
+        log.info(
+            "Chat %s: the model did not search; searching for the message itself",
+            short_id(turn.chat_id),
+        )
+        tool_calls = [_search_call(state["user_text"])]
     if tool_calls and all(_already_done(call, state) for call in tool_calls):
         # Small models tend to repeat a call instead of reading its result: answer now instead.
         log.info(
             "Chat %s: the model repeated a tool call; asking for the answer", short_id(turn.chat_id)
         )
-        return {"model_calls": calls, "reply": reply, "steps": steps, "answer_now": True}
+        return {"model_calls": calls, "reply": reply, "answer_now": True}
     assistant: dict[str, Any] = {"role": "assistant", "content": message.content or None}
     if tool_calls:
         assistant["tool_calls"] = tool_calls
     else:
         assistant["content"] = message.content or ""
-    return {"messages": [assistant], "model_calls": calls, "reply": reply, "steps": steps}
+    return {"messages": [assistant], "model_calls": calls, "reply": reply}
+
+
+def _search_call(query: str) -> dict[str, Any]:
+    arguments = json.dumps({"query": query[:400], "context": ""})
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": "web_search", "arguments": arguments},
+    }
 
 
 def _already_done(call: dict[str, Any], state: ChatState) -> bool:
@@ -159,7 +179,7 @@ def route_after_model(state: ChatState) -> str:
 STEP_TEXT = {
     "retrieve_memory": "Looking up what I know about you",
     "save_memory": "Saving to memory: {content}",
-    "web_search": "Searching the web for {query}",
+    "web_search": None,  # reports its own steps, round by round
 }
 
 
@@ -171,7 +191,6 @@ async def run_tools(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     update: dict[str, Any] = {
         "messages": [r["message"] for r in results],
         "tool_calls": [r["record"] for r in results],
-        "steps": [r["step"] for r in results],
     }
     answers = [r["answer"] for r in results if r["answer"]]
     if answers:
@@ -193,7 +212,8 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
         failure: str | None = f"the arguments are not valid JSON ({error})"
     else:
         failure = None if name in TOOLS_BY_NAME else f"there is no tool called {name!r}"
-    step = step_event(turn, _step_text(name, args), tool=name)
+    if STEP_TEXT.get(name, "") is not None:
+        step_event(turn, _step_text(name, args), tool=name)
     writer({"type": "tool_start", "id": call["id"], "name": name, "args": args})
     if failure is None:
         try:
@@ -217,11 +237,11 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
     record = {"id": call["id"], "name": name, "args": args, "result": content,
               "ok": failure is None, "duration_ms": duration_ms}  # fmt: skip
     message = {"role": "tool", "tool_call_id": call["id"], "content": content}
-    return {"message": message, "record": record, "step": step, "answer": answer}
+    return {"message": message, "record": record, "answer": answer}
 
 
 def _step_text(name: str, args: dict[str, Any]) -> str:
-    template = STEP_TEXT.get(name, f"Using the {name} tool")
+    template = STEP_TEXT.get(name) or f"Using the {name} tool"
     try:
         return template.format(**{k: str(v)[:80] for k, v in args.items()})
     except (KeyError, IndexError):
@@ -238,10 +258,8 @@ def route_after_tools(state: ChatState) -> str:
 async def use_tool_answer(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     """A tool (web_search) already wrote the answer and streamed it: it becomes the reply."""
     answer = state["tool_answer"] or {}
-    sources = answer.get("sources", [])
-    if sources:
-        get_stream_writer()({"type": "sources", "sources": sources})
-    return {"reply": answer.get("answer", ""), "sources": sources}
+    # The tool already sent the `sources` event, before the answer's first token.
+    return {"reply": answer.get("answer", ""), "sources": answer.get("sources", [])}
 
 
 # --- save_turn -----------------------------------------------------------------------------------
@@ -256,7 +274,7 @@ async def save_turn(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
         "assistant",
         state.get("reply", ""),
         sources=state.get("sources", []),
-        steps=state.get("steps", []),
+        steps=turn.steps,
         tool_calls=state.get("tool_calls", []),
     )
     message_id = str(message["message_id"])

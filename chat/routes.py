@@ -17,7 +17,6 @@ from pydantic import BaseModel, Field, field_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, start_turn, stream_turn
-from chat.tools import TOOLS_BY_NAME
 from core import chat_store
 from core.services import Services
 
@@ -65,10 +64,11 @@ def public(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
 
 
 async def _stream(request: Request, chat_id: uuid.UUID | None, body: MessageIn) -> Response:
-    if body.use_web and "web_search" not in TOOLS_BY_NAME:
-        raise HTTPException(400, "Web search is not available: no search provider is configured.")
+    services = services_of(request)
+    if body.use_web and services.search_provider is None:
+        raise HTTPException(400, f"Web search is not available: {services.features['web_search']}.")
     try:
-        turn = await start_turn(services_of(request), chat_id, body.content, body.use_web)
+        turn = await start_turn(services, chat_id, body.content, body.use_web)
     except ChatNotFound as error:
         raise HTTPException(404, str(error)) from None
     except ChatBusy as error:
@@ -86,6 +86,21 @@ async def _stream(request: Request, chat_id: uuid.UUID | None, body: MessageIn) 
         ),
         headers={"X-Accel-Buffering": "no", "Cache-Control": "no-cache"},
     )
+
+
+@router.get("/config")
+async def client_config(request: Request) -> dict[str, Any]:
+    """What the browser needs to know: limits, and whether web search can be offered (and if not,
+    why, so the "Use web tool" box can say so)."""
+    services = services_of(request)
+    available = services.search_provider is not None
+    return {
+        "max_message_chars": MAX_MESSAGE_CHARS,
+        "web_search": {
+            "available": available,
+            "reason": None if available else services.features["web_search"],
+        },
+    }
 
 
 @router.post("/messages")

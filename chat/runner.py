@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from chat.graph import graph
-from chat.nodes import short_id
 from chat.state import TurnContext
+from chat.steps import short_id
 from core import chat_store
 from core.services import Services
 
@@ -85,6 +85,7 @@ async def start_turn(
         services=services,
         chat_id=chat_id,
         user_message_id=message["message_id"],
+        user_text=content,
         trace_id=str(message["message_id"]),
         started=time.monotonic(),
     )
@@ -140,7 +141,7 @@ async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -
     context = turn.context
     await chat_store.add_message(
         context.services.database.pool, context.chat_id, "assistant", text, status=status,
-        error=error,
+        error=error, steps=context.steps,
     )  # fmt: skip
     log.info("Chat %s: reply saved as %s (%d chars)", short_id(context.chat_id), status, len(text))
 

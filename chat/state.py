@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -14,13 +14,23 @@ from core.services import Services
 
 @dataclass(frozen=True)
 class TurnContext:
-    """Fixed for the whole turn; passed to nodes and tools in `config["configurable"]["turn"]`."""
+    """One user message's run; passed to nodes and tools in `config["configurable"]["turn"]`.
+
+    Lives exactly as long as the message's run, in the process running it: nothing here outlives
+    the turn, so any server process can handle any message.
+    """
 
     services: Services
     chat_id: uuid.UUID
     user_message_id: uuid.UUID
+    user_text: str  # what the user typed
     trace_id: str
     started: float  # time.monotonic() when the turn began, for step timings
+    steps: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # progress lines, saved with the reply
+    searches: list[str] = field(default_factory=list)  # web searches made (queries), capped
+    embedding_cache: dict[str, Any] = field(default_factory=dict)  # chunk text → vector
 
 
 def turn_of(config: RunnableConfig) -> TurnContext:
@@ -38,7 +48,6 @@ class ChatState(TypedDict, total=False):
     answer_now: bool  # the next model call gets no tools (the model was looping)
     reply: str  # the text shown to the user so far
     sources: list[dict[str, Any]]
-    steps: Annotated[list[dict[str, Any]], operator.add]
     tool_calls: Annotated[list[dict[str, Any]], operator.add]  # each tool run: name, args, result
     tool_answer: dict[str, Any] | None  # a finished answer a tool produced (web_search)
     assistant_message_id: str | None

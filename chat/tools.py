@@ -1,4 +1,5 @@
-"""The tools the chat model can call: remembering facts about the user and looking them up.
+"""The tools the chat model can call: remembering facts about the user, looking them up, and
+searching the web (the search itself lives in rag/web_rag.py).
 
 Each tool is a LangChain tool with a pydantic input schema. Its `config: RunnableConfig` parameter
 is filled in by LangChain when the graph invokes it (never by the model, so it is not in the
@@ -21,10 +22,20 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.config import get_stream_writer
 from pydantic import BaseModel, Field
 
 from chat.state import turn_of
+from chat.steps import step_event
 from core import memory_store
+from core.tracing import trace_metadata
+from rag.web_rag import (
+    CHUNKS_FOR_LOCAL_MODEL,
+    CHUNKS_KEPT,
+    MAX_SEARCHES,
+    WebSearchRound,
+    no_more_searches_message,
+)
 
 log = logging.getLogger("resolveai.memory")
 
@@ -139,7 +150,73 @@ async def retrieve_memory(query: str, config: RunnableConfig) -> str:
     )
 
 
-TOOLS: list[BaseTool] = [save_memory, retrieve_memory]
+class WebSearchInput(BaseModel):
+    query: str = Field(
+        min_length=1,
+        max_length=400,
+        description="What to search the web for: a focused search query.",
+    )
+    context: str = Field(
+        default="",
+        max_length=2000,
+        description=(
+            "Background the answer must respect: what the user is really asking, details from"
+            " the conversation, and what earlier searches already tried or missed."
+        ),
+    )
+
+
+@tool("web_search", args_schema=WebSearchInput, response_format="content_and_artifact")
+async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[str, Any]:
+    """Search the web and answer from what it finds, with numbered citations.
+
+    Use it for anything current or factual you are not certain of (news, prices, releases,
+    schedules, statistics, people, places), and always when the user's message carries the note
+    "use web tool to answer". When it finds enough evidence, it writes the answer for you. When it
+    does not, it says what was missing: then call it again with a better query and context (at most
+    3 searches per message).
+    """
+    turn = turn_of(config)
+    provider = turn.services.search_provider
+    if provider is None:
+        raise RuntimeError("web search is not configured on this server")
+    if len(turn.searches) >= MAX_SEARCHES:
+        return _dumps({"error": no_more_searches_message()}), None
+    turn.searches.append(query)
+    writer = get_stream_writer()
+    result = await WebSearchRound(
+        provider=provider,
+        embedder=turn.services.embedder,
+        router=turn.services.router,
+        question=turn.user_text,
+        query=query,
+        context=context,
+        number=len(turn.searches),
+        step=lambda text: step_event(turn, text, tool="web_search"),
+        token=lambda text: writer({"type": "token", "text": text}),
+        publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
+        metadata=lambda name: trace_metadata(turn.trace_id, str(turn.chat_id), name),
+        embedding_cache=turn.embedding_cache,
+        chunks_kept=CHUNKS_FOR_LOCAL_MODEL
+        if turn.services.model_plan.runs_locally("chat")
+        else CHUNKS_KEPT,
+    ).run()
+    if result.answer is None:
+        left = MAX_SEARCHES - len(turn.searches)
+        return _dumps(
+            {
+                "enough_evidence": False,
+                "reason": result.reason,
+                "searches_left": left,
+                "next": "Call web_search again with a better query and context."
+                if left
+                else "Answer from what you know and say what you could not find.",
+            }
+        ), None
+    return result.answer, {"final_answer": True, "answer": result.answer, "sources": result.sources}
+
+
+TOOLS: list[BaseTool] = [save_memory, retrieve_memory, web_search]
 
 
 def _plain_description(docstring: str) -> str:
@@ -153,6 +230,11 @@ for _tool in TOOLS:
     _tool.description = _plain_description(_tool.description)
 del _tool
 TOOLS_BY_NAME: dict[str, BaseTool] = {t.name: t for t in TOOLS}
+
+
+def available_tool_names(services: Any) -> list[str]:
+    """The tools this server can offer: web search only when a search provider is configured."""
+    return [t.name for t in TOOLS if t.name != "web_search" or services.search_provider]
 
 
 def tool_schemas(names: Iterable[str] | None = None) -> list[dict[str, Any]]:

@@ -11,7 +11,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.errors import StartupError
@@ -60,6 +67,10 @@ class Settings(BaseSettings):
     openrouter_api_key: SecretStr | None = None
     tavily_api_key: SecretStr | None = None
 
+    # Web search: "auto" is Tavily when TAVILY_API_KEY is set, otherwise off.
+    web_search_provider: Literal["auto", "tavily", "pages", "off"] = "auto"
+    web_pages_dir: Path | None = None
+
     # Tracing (optional)
     langfuse_public_key: SecretStr | None = None
     langfuse_secret_key: SecretStr | None = None
@@ -93,6 +104,8 @@ class Settings(BaseSettings):
         "scripted_turns_file",
         "models_config",
         "local_model_threads",
+        "web_search_provider",
+        "web_pages_dir",
         mode="before",
     )
     @classmethod
@@ -101,6 +114,26 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return cls.model_fields[info.field_name].default
         return value
+
+    @field_validator("web_search_provider", mode="before")
+    @classmethod
+    def _provider_name_any_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _web_search_is_usable(self) -> Settings:
+        # Raised as ValueError so load_settings reports it as one line naming the setting.
+        if self.web_search_provider == "pages":
+            if self.web_pages_dir is None:
+                raise ValueError("WEB_PAGES_DIR: must be set when WEB_SEARCH_PROVIDER=pages")
+            if not self.web_pages_dir.is_dir():
+                raise ValueError(
+                    f"WEB_PAGES_DIR = '{self.web_pages_dir}': not a folder "
+                    "(WEB_SEARCH_PROVIDER=pages reads its *.md pages)"
+                )
+        if self.web_search_provider == "tavily" and self.tavily_api_key is None:
+            raise ValueError("TAVILY_API_KEY: must be set when WEB_SEARCH_PROVIDER=tavily")
+        return self
 
     @property
     def pg_data_dir(self) -> Path:
@@ -125,6 +158,9 @@ def describe_validation_error(error: ValidationError) -> str:
     """One line per invalid setting, named as its environment variable."""
     parts = []
     for item in error.errors():
+        if not item["loc"]:  # a check across settings: its message starts with the setting's name
+            parts.append(str(item["msg"]).removeprefix("Value error, "))
+            continue
         name = ".".join(str(p) for p in item["loc"]).upper() or "settings"
         value = item.get("input")
         shown = "" if isinstance(value, dict) else f" = {value!r}"

@@ -45,6 +45,10 @@ class ModelPlan:
                 return entry[group]
         return []
 
+    def runs_locally(self, role: str) -> bool:
+        """Whether the role's first choice is the in-process model (slow to read long prompts)."""
+        return any(m.startswith("local/") for m in self.deployments(role)[:1])
+
     def describe(self, role: str) -> str:
         """E.g. 'groq/openai/gpt-oss-120b, then openrouter/openai/gpt-oss-120b, then local/…'."""
         chain = self.deployments(role)

@@ -131,7 +131,7 @@ class LocalLlamaProvider(InProcessProvider):
     async def generate(
         self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
     ) -> AsyncIterator[ProviderEvent]:
-        tools = [] if params.get("tool_choice") == "none" else list(params.get("tools") or [])
+        tools = _offered_tools(params)
         answered = False
         async for event in self._generate_once(messages, params, tools):
             if isinstance(event, ToolCallRequest) or (
@@ -441,6 +441,19 @@ def _stats(
         rate,
     )
     return stats
+
+
+def _offered_tools(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools to put in the prompt: none for tool_choice "none", only the named one when a
+    function is forced (a small model follows a one-tool prompt far more reliably)."""
+    tools = list(params.get("tools") or [])
+    choice = params.get("tool_choice")
+    if choice == "none":
+        return []
+    if isinstance(choice, dict):
+        forced = (choice.get("function") or {}).get("name")
+        return [t for t in tools if (t.get("function") or {}).get("name") == forced] or tools
+    return tools
 
 
 def _template_messages(messages: list[Any]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ NOISY_LOGGERS = (
     "langfuse",
     "urllib3",
     "filelock",
+    "bm25s",
 )
 
 

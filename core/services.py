@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from litellm import Router
+from rag.search_providers import SearchProvider, provider_from_settings
 
 from core.config import Settings
 from core.db import Database
@@ -34,6 +35,7 @@ class Services:
     embedder: Embedder
     router: Router
     model_plan: ModelPlan
+    search_provider: SearchProvider | None = None
     features: dict[str, str] = field(default_factory=dict)
 
     async def health(self) -> dict[str, Any]:
@@ -76,11 +78,9 @@ async def open_services(settings: Settings) -> Services:
         plan = plan_models(settings)
         router = build_router(settings, plan)
         log_model_plan(plan)
+        search_provider, search_status = provider_from_settings(settings)
         features = {
-            # The web_search tool itself arrives with the web search pipeline (rag/).
-            "web_search": "off (no search tool yet)"
-            if settings.tavily_api_key
-            else "off (TAVILY_API_KEY not set)",
+            "web_search": search_status,
             "tracing": configure_tracing(settings).removeprefix("Tracing: "),
         }
         log.info("Web search: %s", features["web_search"])
@@ -89,4 +89,4 @@ async def open_services(settings: Settings) -> Services:
         await database.close()
         raise
     log.info("Start-up took %.1f s", time.perf_counter() - started)
-    return Services(settings, database, embedder, router, plan, features)
+    return Services(settings, database, embedder, router, plan, search_provider, features)

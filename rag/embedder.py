@@ -93,6 +93,9 @@ class Embedder:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # keep the terminal log one line per step
+        # count_tokens measures texts longer than the model reads on purpose (to split them):
+        # the tokenizer's "sequence length is longer than" warning is expected, not a problem.
+        transformers_logging.set_verbosity_error()
         if self.model_name == DEFAULT_EMBED_MODEL:
             # The bundled copy: never ask a model hub for anything.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -11,13 +11,17 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from core.config import Settings, load_settings
+from core.config import PROJECT_ROOT, Settings, load_settings
 from core.db import Database, _configure_connection, migrate
+from core.llm_router import provider_handler
+from core.scripted_llm import ScriptedProvider
+from core.services import Services, open_services
 from rag.embedder import Embedder
 
 # Tests reach nothing beyond loopback: no model hub, no cost-map fetch.
@@ -95,3 +99,41 @@ async def memory_pool(fresh_database: str) -> AsyncIterator[AsyncConnectionPool]
         yield pool
     finally:
         await pool.close()
+
+
+# --- the app's services on the scripted model (chat API and browser tests) ----------------------
+
+SCRIPTED_MODELS = PROJECT_ROOT / "tests" / "models.scripted.yaml"
+
+
+@pytest.fixture(scope="session")
+async def chat_services(settings: Settings) -> AsyncIterator[Services]:
+    """The services the server runs on (real database and embedder), every model role scripted."""
+    services = await open_services(settings.model_copy(update={"models_config": SCRIPTED_MODELS}))
+    yield services
+    await services.close()
+
+
+@pytest.fixture
+def model(chat_services: Services) -> ScriptedProvider:
+    """The scripted model, emptied: a test pushes the turns it needs (core/scripted_llm.py)."""
+    provider = provider_handler("scripted")
+    assert isinstance(provider, ScriptedProvider)
+    provider.reset()
+    return provider
+
+
+@pytest.fixture(scope="module")
+async def base_url(chat_services: Services) -> AsyncIterator[str]:
+    """The real app on a loopback port, running on `chat_services`. Module-scoped: a module that
+    overrides `chat_services` (e.g. with web search on) gets its own server."""
+    from tests.chat_client import serve
+
+    async with serve(chat_services) as url:
+        yield url
+
+
+@pytest.fixture
+async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=120) as http:
+        yield http

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,41 +17,12 @@ import pytest
 from chat.nodes import HISTORY_MESSAGES, MAX_MODEL_CALLS, summary_words
 from chat.runner import MAX_MESSAGE_CHARS, start_turn, stream_turn
 from core import chat_store
-from core.config import PROJECT_ROOT, Settings
 from core.llm_router import provider_handler
 from core.prompts import WEB_NOTE
-from core.scripted_llm import ScriptedProvider
-from core.services import Services, open_services
-from tests.chat_client import read_events, send, serve
+from tests.chat_client import read_events, send
 
-SCRIPTED_MODELS = PROJECT_ROOT / "tests" / "models.scripted.yaml"
-
-
-@pytest.fixture(scope="session")
-async def chat_services(settings: Settings) -> AsyncIterator[Services]:
-    services = await open_services(settings.model_copy(update={"models_config": SCRIPTED_MODELS}))
-    yield services
-    await services.close()
-
-
-@pytest.fixture(scope="session")
-async def base_url(chat_services: Services) -> AsyncIterator[str]:
-    async with serve(chat_services) as url:
-        yield url
-
-
-@pytest.fixture
-async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        yield http
-
-
-@pytest.fixture
-def model(chat_services: Services) -> ScriptedProvider:
-    provider = provider_handler("scripted")
-    assert isinstance(provider, ScriptedProvider)
-    provider.reset()
-    return provider
+# `chat_services` (the app's services on the scripted model), `model` (the scripted provider,
+# reset) and `client` (HTTP to the real app on them) come from conftest.py.
 
 
 def types(events: list[dict[str, Any]]) -> list[str]:

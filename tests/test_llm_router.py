@@ -21,6 +21,7 @@ def test_no_keys_means_every_role_runs_locally() -> None:
     assert plan.deployments("chat") == [LOCAL]
     assert plan.deployments("utility") == [LOCAL]
     assert len(plan.left_out) == 3
+    assert plan.runs_locally("chat") and plan.runs_locally("utility")
     assert all("groq" not in d["litellm_params"]["model"] for d in plan.model_list)
 
 
@@ -36,6 +37,7 @@ def test_all_keys_give_hosted_models_with_fallbacks() -> None:
     keys = {d["model_name"]: d["litellm_params"].get("api_key") for d in plan.model_list}
     assert keys["chat"] == "g" and keys["utility"] == "m"
     assert plan.left_out == []
+    assert not plan.runs_locally("chat")
 
 
 def test_missing_chat_key_borrows_the_next_fallback() -> None:

@@ -279,6 +279,7 @@ def turn_config(pool: AsyncConnectionPool, embedder: Embedder, chat_id: uuid.UUI
         services=services,  # type: ignore[arg-type]  # what the tools use of Services
         chat_id=chat_id,
         user_message_id=uuid.uuid4(),
+        user_text="test message",
         trace_id="test",
         started=time.monotonic(),
     )
@@ -287,7 +288,8 @@ def turn_config(pool: AsyncConnectionPool, embedder: Embedder, chat_id: uuid.UUI
 
 def test_tool_schemas_show_only_the_model_arguments() -> None:
     schemas = tool_schemas()
-    assert [s["function"]["name"] for s in schemas] == ["save_memory", "retrieve_memory"]
+    names = [s["function"]["name"] for s in schemas]
+    assert names == ["save_memory", "retrieve_memory", "web_search"]
     assert [s["function"]["name"] for s in schemas] == [t.name for t in TOOLS]
     parameters = {s["function"]["name"]: s["function"]["parameters"] for s in schemas}
     assert set(parameters["save_memory"]["properties"]) == {"content"}

@@ -1,0 +1,163 @@
+"""One round of web search, as the `web_search` tool runs it:
+
+search → chunk and clean → rank → check the evidence → (not enough: tell the model why) or answer
+with inline [n] citations from the numbered sources. The third search of a message skips the check
+and always answers. Pages are untrusted: they reach models only inside delimited source blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from core.prompts import source_blocks, web_answer_request
+from rag.chunk_judge import check_evidence
+from rag.citations import CitationNormalizer
+from rag.md_chunker import budget_for, chunk_pages
+from rag.ranker import rank_chunks
+from rag.search_providers import SearchProvider
+
+log = logging.getLogger("resolveai.web")
+
+MAX_SEARCHES = 3  # per user message
+RESULTS_PER_SEARCH = 5
+CHUNKS_KEPT = 20
+# The in-process model reads ~40 prompt tokens/s on 2 cores: 20 chunks (~5,000 tokens) would take
+# minutes per check and per answer, so it reads only the best few.
+CHUNKS_FOR_LOCAL_MODEL = 6
+
+
+@dataclass
+class Source:
+    n: int
+    title: str
+    url: str
+    texts: list[str] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        return {"n": self.n, "title": self.title, "url": self.url}
+
+
+@dataclass
+class RoundResult:
+    """Either an answer (with its sources) or why the evidence was not enough."""
+
+    answer: str | None
+    sources: list[dict[str, Any]]
+    reason: str = ""
+
+
+@dataclass
+class WebSearchRound:
+    """What one round needs from the turn running it."""
+
+    provider: SearchProvider
+    embedder: Any
+    router: Any
+    question: str  # what the user asked
+    query: str  # what the model chose to search for
+    context: str  # background the model gave
+    number: int  # 1-based search number within the message
+    step: Callable[[str], Any]  # reports a progress line
+    token: Callable[[str], Any]  # streams a piece of the answer
+    publish_sources: Callable[[list[dict[str, Any]]], Any]  # before the answer's first token
+    metadata: Callable[[str], dict[str, Any]]  # tracing metadata for a named model call
+    embedding_cache: dict[str, Any]
+    chunks_kept: int = CHUNKS_KEPT  # how many of the best chunks the models read
+
+    async def run(self) -> RoundResult:
+        self.step(f"Searching the web for “{self.query}”")
+        started = time.monotonic()
+        results = await self.provider.search(self.query, RESULTS_PER_SEARCH)
+        searched = time.monotonic()
+        chunks = await asyncio.to_thread(
+            chunk_pages, results, self.embedder.count_tokens, budget_for(self.embedder)
+        )
+        chunked = time.monotonic()
+        if not chunks:
+            log.info("Web: search %d found nothing (%.1f s)", self.number, searched - started)
+            if self.number < MAX_SEARCHES:
+                return self._not_enough("the search returned no usable pages")
+            answer = f"I couldn't find information about “{self.query}” on the web."
+            self.token(answer)
+            return RoundResult(answer, [])
+        self.step(f"Reading {len(results)} pages ({len(chunks)} chunks)")
+        ranked = await rank_chunks(
+            self.query, chunks, self.embedder, top_k=self.chunks_kept, cache=self.embedding_cache
+        )
+        ranked_at = time.monotonic()
+        sources = _number_sources([r.chunk for r in ranked])
+        blocks = source_blocks([(s.n, s.title, s.texts) for s in sources])
+        log.info(
+            "Web: search %d: %d pages, %d chunks, top %d from %d sources"
+            " (search %.2f s, chunking %.2f s, ranking %.2f s)",
+            self.number, len(results), len(chunks), len(ranked), len(sources),
+            searched - started, chunked - searched, ranked_at - chunked,
+        )  # fmt: skip
+
+        if self.number < MAX_SEARCHES:
+            verdict = await check_evidence(
+                self.router, self.question, self.context, blocks, self.metadata("evidence check")
+            )
+            log.info(
+                "Web: evidence check %s in %.1f s: %s",
+                "yes" if verdict.enough else "no",
+                verdict.seconds,
+                verdict.reason,
+            )
+            if not verdict.enough:
+                return self._not_enough(verdict.reason or "the sources do not answer every part")
+
+        self.step(f"Writing the answer from {len(sources)} sources")
+        # Sources first: the browser can link each [n] as soon as it streams in.
+        self.publish_sources([s.public() for s in sources])
+        answer = await self._write_answer(blocks, len(sources))
+        elapsed = time.monotonic() - ranked_at
+        log.info("Web: answer written (%d chars, %.1f s)", len(answer), elapsed)
+        return RoundResult(answer, [s.public() for s in sources])
+
+    def _not_enough(self, reason: str) -> RoundResult:
+        self.step(f"Search {self.number} of {MAX_SEARCHES} was not enough: {reason}")
+        return RoundResult(None, [], reason)
+
+    async def _write_answer(self, blocks: str, source_count: int) -> str:
+        stream = await self.router.acompletion(
+            model="chat",
+            messages=web_answer_request(self.question, self.context, blocks, datetime.now(UTC)),
+            stream=True,
+            metadata=self.metadata("web answer"),
+        )
+        citations = CitationNormalizer(source_count)
+        shown: list[str] = []
+        async for chunk in stream:
+            piece = chunk.choices[0].delta.content if chunk.choices else None
+            if piece and (text := citations.feed(piece)):
+                shown.append(text)
+                self.token(text)
+        if rest := citations.finish():
+            shown.append(rest)
+            self.token(rest)
+        return "".join(shown).strip()
+
+
+def _number_sources(chunks: list[Any]) -> list[Source]:
+    """Sources numbered by their best chunk's rank; each keeps its chunks in rank order."""
+    by_url: dict[str, Source] = {}
+    for chunk in chunks:
+        source = by_url.get(chunk.url)
+        if source is None:
+            source = by_url[chunk.url] = Source(len(by_url) + 1, chunk.title, chunk.url)
+        source.texts.append(chunk.text)
+    return list(by_url.values())
+
+
+def no_more_searches_message() -> str:
+    return (
+        f"The limit of {MAX_SEARCHES} web searches for this message is reached. Answer from what "
+        "the searches found, and say what you could not find."
+    )

@@ -1,0 +1,128 @@
+// Small DOM helpers. Everything the UI builds goes through `el`, which only ever sets text
+// (never HTML), so server data and model output cannot become markup by accident; the one place
+// that turns Markdown into markup is render.js, and it sanitizes first.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/**
+ * Create an element: `el("button", {class: "x", type: "button", text: "Hi"}, child, "text")`.
+ * `on*` and `style` attributes are refused: the page's CSP forbids them and so does our rule of
+ * no inline handlers or styles.
+ */
+export function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === "text") node.textContent = value;
+    else if (name === "class") node.className = value;
+    else if (name === "dataset") Object.assign(node.dataset, value);
+    else if (name === "hidden") node.hidden = Boolean(value);
+    else if (name.startsWith("on") || name === "style") throw new Error(`el: ${name} not allowed`);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// Icon paths (24×24, stroked); drawn with createElementNS so no markup string is parsed.
+const ICONS = {
+  copy: ["M9 9h10v11H9z", "M5 15V4h10"],
+  check: ["M5 12.5l4.5 4.5L19 7.5"],
+  pencil: ["M4 20h4L19 9l-4-4L4 16z", "M13.5 6.5l4 4"],
+  trash: ["M4 7h16", "M9.5 7V4.5h5V7", "M6.5 7l1 13h9l1-13", "M10 11v5.5M14 11v5.5"],
+  alert: ["M12 4 2.8 19.5h18.4z", "M12 10v4.5", "M12 17.2v.3"],
+  retry: ["M4.5 12a7.5 7.5 0 1 0 2.4-5.5", "M4.5 4.5v4h4"],
+  chevron: ["M9 6l6 6-6 6"],
+  steps: ["M5 6h2M5 12h2M5 18h2M10 6h9M10 12h9M10 18h9"],
+  stop: ["M7 7h10v10H7z"],
+  link: ["M10 14a4 4 0 0 0 5.7 0l3-3a4 4 0 0 0-5.7-5.7l-1 1", "M14 10a4 4 0 0 0-5.7 0l-3 3a4 4 0 0 0 5.7 5.7l1-1"],
+};
+
+export function icon(name) {
+  const svg = document.createElementNS(SVG_NS, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("class", `icon icon-${name}`);
+  for (const d of ICONS[name] || []) {
+    const path = document.createElementNS(SVG_NS, "path");
+    path.setAttribute("d", d);
+    svg.append(path);
+  }
+  return svg;
+}
+
+/** "0.4 s", "12 s", "2 min 5 s": short enough for the steps line. */
+export function formatDuration(ms) {
+  if (!Number.isFinite(ms) || ms < 0) return "";
+  if (ms < 10_000) return `${(ms / 1000).toFixed(1)} s`;
+  const seconds = Math.round(ms / 1000);
+  if (seconds < 60) return `${seconds} s`;
+  return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+}
+
+/** Say something to screen readers without moving focus. */
+export function announce(text) {
+  const region = document.getElementById("live-status");
+  if (!region) return;
+  region.textContent = "";
+  // A fresh text node on the next frame, so the same sentence twice is still announced.
+  requestAnimationFrame(() => { region.textContent = text; });
+}
+
+/** A short message at the bottom of the screen (failures of sidebar actions and the like). */
+export function toast(text, kind = "info") {
+  const box = document.getElementById("toasts");
+  if (!box) return;
+  const item = el("div", { class: `toast toast-${kind}`, role: kind === "error" ? "alert" : "status", text });
+  box.append(item);
+  setTimeout(() => item.remove(), 5000);
+}
+
+/** Copy text to the clipboard; falls back to execCommand where the async API is missing
+ *  (plain http on a LAN address is not a secure context, so navigator.clipboard is undefined). */
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const area = el("textarea", { class: "clipboard-helper", readonly: true, "aria-hidden": "true" });
+  area.value = text;
+  document.body.append(area);
+  area.select();
+  try {
+    if (!document.execCommand("copy")) throw new Error("copy refused");
+  } finally {
+    area.remove();
+  }
+}
+
+/**
+ * A copy button: `label` is shown next to the icon (CSS may hide it), `name` is the accessible
+ * name. After a click the icon turns into a check mark for a moment, so the click visibly worked.
+ */
+export function copyButton(label, name, getText) {
+  const button = el("button", { type: "button", class: "copy-button", "aria-label": name, title: name });
+  const show = (iconName, text) => button.replaceChildren(icon(iconName), el("span", { class: "button-label", text }));
+  show("copy", label);
+  let timer = 0;
+  button.addEventListener("click", async () => {
+    try {
+      await copyText(getText());
+    } catch {
+      toast("Could not copy to the clipboard.", "error");
+      return;
+    }
+    show("check", "Copied");
+    button.classList.add("copied");
+    announce("Copied");
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      show("copy", label);
+      button.classList.remove("copied");
+    }, 1500);
+  });
+  return button;
+}

@@ -1,0 +1,93 @@
+// Start-up and the page-level wiring: routes (#/chat/<id> or the new-chat draft), the sidebar
+// drawer on narrow screens, and global keys (Esc stops a streaming reply).
+
+import { api } from "./api.js";
+import { createChat } from "./chat.js";
+import { setupCitationPopover } from "./citations.js";
+import { createComposer } from "./composer.js";
+import { setupSummaryDialog } from "./dialogs.js";
+import { createSidebar } from "./sidebar.js";
+
+const CHAT_ROUTE = /^#\/chat\/([0-9a-f-]{36})$/i;
+const narrow = window.matchMedia("(max-width: 860px)");
+
+const drawer = {
+  sidebar: document.getElementById("sidebar"),
+  backdrop: document.getElementById("backdrop"),
+  toggle: document.getElementById("open-sidebar"),
+  open() {
+    this.sidebar.classList.add("open");
+    this.backdrop.hidden = false;
+    this.toggle.setAttribute("aria-expanded", "true");
+    document.getElementById("chat-filter").focus();
+  },
+  close({ restoreFocus = false } = {}) {
+    if (!this.sidebar.classList.contains("open")) return;
+    this.sidebar.classList.remove("open");
+    this.backdrop.hidden = true;
+    this.toggle.setAttribute("aria-expanded", "false");
+    if (restoreFocus) this.toggle.focus();
+  },
+};
+
+let chat;
+const composer = createComposer({
+  onSend: (text, useWeb) => chat.send(text, useWeb),
+  onStop: () => chat.stop(),
+});
+const sidebar = createSidebar({
+  onDeleted: (chatId) => chat.deleted(chatId),
+  onRenamed: (renamed) => chat.renamed(renamed),
+  onLoaded: () => chat.refreshTitle(),
+});
+chat = createChat({ sidebar, composer });
+
+function route() {
+  const match = CHAT_ROUTE.exec(location.hash);
+  if (match) chat.open(match[1].toLowerCase());
+  else chat.showDraft();
+  if (narrow.matches) drawer.close();
+}
+
+function newChat() {
+  if (location.hash) history.pushState(null, "", location.pathname);
+  route();
+}
+
+document.getElementById("new-chat").addEventListener("click", newChat);
+document.getElementById("new-chat-top").addEventListener("click", newChat);
+document.getElementById("brand").addEventListener("click", (event) => {
+  event.preventDefault();
+  newChat();
+});
+document.getElementById("show-summary").addEventListener("click", () => chat.openSummary());
+document.getElementById("open-sidebar").addEventListener("click", () => drawer.open());
+document.getElementById("close-sidebar").addEventListener("click", () => drawer.close({ restoreFocus: true }));
+document.getElementById("backdrop").addEventListener("click", () => drawer.close());
+// Opening a chat from the list on a phone: the drawer gets out of the way.
+document.getElementById("chat-list").addEventListener("click", (event) => {
+  if (event.target instanceof Element && event.target.closest(".chat-link") && narrow.matches) drawer.close();
+});
+narrow.addEventListener("change", () => drawer.close());
+
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape" || event.defaultPrevented || document.querySelector("dialog[open]")) return;
+  if (chat.isStreaming()) {
+    event.preventDefault();
+    chat.stop();
+  } else if (drawer.sidebar.classList.contains("open")) {
+    drawer.close({ restoreFocus: true });
+  }
+});
+
+window.addEventListener("hashchange", route);
+window.addEventListener("popstate", route);
+
+setupSummaryDialog();
+setupCitationPopover();
+api.config()
+  .then((config) => composer.configure(config))
+  .catch(() => composer.configure({ web_search: { available: false, reason: "the server did not say" } }));
+sidebar.load();
+route();
+document.documentElement.classList.add("ready");

@@ -1,0 +1,161 @@
+// One message on screen. User messages are plain text (what they typed, exactly). Assistant
+// replies are Markdown with their steps line, Sources list, status and actions; while a reply
+// streams, its Markdown is re-rendered at most once per animation frame.
+
+import { copyButton, el, icon } from "./dom.js";
+import { hostOf, isSafeUrl, renderMarkdown } from "./render.js";
+import { StepsView } from "./steps.js";
+
+export function userMessage(content) {
+  return el(
+    "article",
+    { class: "msg msg-user", "aria-label": "Your message" },
+    el("div", { class: "bubble", text: content }),
+    el("div", { class: "msg-actions" }, copyButton("Copy", "Copy message", () => content)),
+  );
+}
+
+export class AssistantMessage {
+  /** `onChange` is called after the content changed size (the view keeps the bottom in view). */
+  constructor({ onChange = () => {} } = {}) {
+    this.text = "";
+    this.sources = [];
+    this.onChange = onChange;
+    this.frame = 0;
+    this.steps = new StepsView();
+    this.body = el("div", { class: "markdown" });
+    this.sourcesBox = el("section", { class: "sources", "aria-label": "Sources", hidden: true });
+    this.statusBox = el("div", { class: "msg-status", hidden: true });
+    this.actions = el("div", { class: "msg-actions", hidden: true });
+    this.root = el(
+      "article",
+      { class: "msg msg-assistant streaming", "aria-label": "Assistant reply" },
+      this.steps.root,
+      this.body,
+      this.sourcesBox,
+      this.statusBox,
+      this.actions,
+    );
+  }
+
+  /** A reply as saved on the server. */
+  static fromSaved(message, { totalMs, onRetry } = {}) {
+    const view = new AssistantMessage();
+    view.steps = StepsView.fromSaved(message.steps, message.tool_calls, totalMs);
+    view.root.firstChild.replaceWith(view.steps.root);
+    view.root.dataset.messageId = message.message_id;
+    view.text = message.content || "";
+    view.setSources(message.sources || []);
+    view.renderNow();
+    if (message.status === "error") view.fail(message.error || "This reply failed.", onRetry);
+    else view.complete(message.status);
+    return view;
+  }
+
+  append(text) {
+    this.text += text;
+    this.scheduleRender();
+  }
+
+  setSources(sources) {
+    this.sources = Array.isArray(sources) ? sources : [];
+    this.renderSources();
+    this.scheduleRender();
+  }
+
+  scheduleRender() {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.renderNow();
+    });
+  }
+
+  renderNow() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    this.body.replaceChildren(renderMarkdown(this.text, this.sources));
+    this.onChange();
+  }
+
+  renderSources() {
+    if (!this.sources.length) {
+      this.sourcesBox.hidden = true;
+      return;
+    }
+    const list = el("ol", { class: "sources-list" });
+    for (const source of [...this.sources].sort((a, b) => a.n - b.n)) {
+      const title = String(source.title || source.url || `Source ${source.n}`);
+      const label = isSafeUrl(source.url)
+        ? el("a", { href: source.url, target: "_blank", rel: "noopener noreferrer", class: "source-link", text: title })
+        : el("span", { class: "source-link", text: title });
+      list.append(
+        el(
+          "li",
+          { value: String(source.n) },
+          label,
+          el("span", { class: "source-host", text: hostOf(source.url) }),
+        ),
+      );
+    }
+    this.sourcesBox.replaceChildren(el("h3", { class: "sources-title", text: "Sources" }), list);
+    this.sourcesBox.hidden = false;
+  }
+
+  /** The reply ended: "complete" or "interrupted" (stopped, or the connection dropped). */
+  complete(status = "complete", totalMs) {
+    if (this.steps.live) this.steps.finish(totalMs);
+    this.renderNow();
+    this.root.classList.remove("streaming");
+    this.root.dataset.status = status;
+    if (!this.text.trim() && status === "complete") {
+      this.body.replaceChildren(el("p", { class: "muted", text: "(The assistant sent no text.)" }));
+    }
+    const parts = [];
+    if (this.text.trim()) parts.push(copyButton("Copy", "Copy message", () => this.text));
+    if (status === "interrupted") {
+      parts.push(el("span", { class: "badge badge-interrupted", title: "The reply was stopped before it was finished" }, icon("stop"), "Interrupted"));
+    } else if (status === "streaming") {
+      // Saved while another tab or process is still writing it: reloading shows the rest.
+      parts.push(el("span", { class: "badge badge-interrupted", title: "Reload to see the rest" }, "Still being written"));
+    }
+    this.actions.replaceChildren(...parts);
+    this.actions.hidden = !parts.length;
+    this.onChange();
+  }
+
+  /** The reply failed: keep what was written, show why, and offer Retry when it makes sense. */
+  fail(message, onRetry, totalMs) {
+    if (this.steps.live) this.steps.finish(totalMs);
+    this.renderNow();
+    this.root.classList.remove("streaming");
+    this.root.dataset.status = "error";
+    const box = el("div", { class: "error-box", role: "alert" }, icon("alert"), el("p", { class: "error-text", text: message }));
+    if (onRetry) {
+      const retry = el("button", { type: "button", class: "secondary-button retry-button" }, icon("retry"), "Retry");
+      retry.addEventListener("click", () => {
+        retry.disabled = true;
+        onRetry();
+      });
+      box.append(retry);
+    }
+    this.statusBox.replaceChildren(box);
+    this.statusBox.hidden = false;
+    const parts = this.text.trim() ? [copyButton("Copy", "Copy message", () => this.text)] : [];
+    this.actions.replaceChildren(...parts);
+    this.actions.hidden = !parts.length;
+    this.onChange();
+  }
+
+  /** Take Retry away (another reply is on its way in this chat). */
+  dropRetry() {
+    this.statusBox.querySelector(".retry-button")?.remove();
+  }
+}
+
+/** Total time of a saved reply: from the user's message to the saved reply. */
+export function replyDuration(userMessage, reply) {
+  if (!userMessage || !reply) return undefined;
+  const ms = Date.parse(reply.sent_at) - Date.parse(userMessage.sent_at);
+  return Number.isFinite(ms) && ms >= 0 ? ms : undefined;
+}

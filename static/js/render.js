@@ -1,0 +1,158 @@
+// Model output → safe DOM: Markdown (marked) → HTML string → DOMPurify → DocumentFragment, and
+// only then our own additions (code block headers, citation links), built with DOM calls.
+// Model text is untrusted (it can quote web pages), so nothing reaches the page unsanitized.
+
+import { Marked } from "/vendor/marked/marked.esm.js";
+import hljs from "/vendor/highlight.js/highlight.min.js";
+import { copyButton, el } from "./dom.js";
+
+const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
+
+/** Links the UI lets through: web pages and mail. Anything else (javascript:, data:, relative
+ *  paths into our own API) loses its href and stays plain text. */
+export function isSafeUrl(url) {
+  return typeof url === "string" && /^(https?:\/\/|mailto:)/i.test(url.trim());
+}
+
+const markdown = new Marked({
+  gfm: true,
+  breaks: false,
+  renderer: {
+    // Raw HTML in a reply is shown as the text it is (what a chat user expects to see when a
+    // model writes markup), never interpreted. DOMPurify below is the second line of defence.
+    html({ text, block }) {
+      return block ? `<p class="raw-html">${escapeHtml(text)}</p>\n` : escapeHtml(text);
+    },
+    code({ text, lang }) {
+      const language = (lang || "").trim().split(/\s+/)[0].toLowerCase();
+      const known = language && hljs.getLanguage(language);
+      // Highlighting happens here, before sanitizing, so its markup is checked like the rest.
+      const body = known
+        ? hljs.highlight(text, { language, ignoreIllegals: true }).value
+        : escapeHtml(text);
+      return `<pre><code class="hljs" data-lang="${escapeHtml(language)}">${body}</code></pre>\n`;
+    },
+    // Images would load from other origins (the CSP blocks that anyway): show a link instead.
+    image({ href, text }) {
+      return `<a href="${escapeHtml(href || "")}">${escapeHtml(text || href || "image")}</a>`;
+    },
+  },
+});
+
+let purifier = null;
+
+function getPurifier() {
+  if (purifier) return purifier;
+  const DOMPurify = globalThis.DOMPurify;
+  if (!DOMPurify) throw new Error("DOMPurify did not load: refusing to render model output");
+  DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+    if (node.tagName !== "A") return;
+    const href = node.getAttribute("href");
+    if (href !== null && !isSafeUrl(href)) node.removeAttribute("href");
+    if (node.hasAttribute("href")) {
+      node.setAttribute("target", "_blank");
+      node.setAttribute("rel", "noopener noreferrer");
+    }
+  });
+  purifier = DOMPurify;
+  return purifier;
+}
+
+const PURIFY_OPTIONS = {
+  RETURN_DOM_FRAGMENT: true,
+  USE_PROFILES: { html: true },
+  FORBID_TAGS: ["style", "img", "form", "button", "textarea", "select", "iframe", "video", "audio", "svg", "math"],
+  // id/name could clobber our own element ids; style is forbidden by the CSP anyway.
+  FORBID_ATTR: ["style", "id", "name", "srcset"],
+};
+
+/**
+ * Render a reply's Markdown into a sanitized fragment. `sources` ([{n, title, url}]) turn `[n]`
+ * markers into citation links.
+ */
+export function renderMarkdown(text, sources = []) {
+  const html = markdown.parse(text || "");
+  const fragment = getPurifier().sanitize(html, PURIFY_OPTIONS);
+  decorateCodeBlocks(fragment);
+  wrapTables(fragment);
+  if (sources.length) linkCitations(fragment, sources);
+  return fragment;
+}
+
+function decorateCodeBlocks(root) {
+  for (const pre of root.querySelectorAll("pre")) {
+    const code = pre.querySelector("code");
+    if (!code) continue;
+    const language = code.dataset.lang || "";
+    const head = el(
+      "div",
+      { class: "code-head" },
+      el("span", { class: "code-lang", text: language || "code" }),
+      copyButton("Copy code", "Copy code", () => code.textContent),
+    );
+    const block = el("div", { class: "code-block" });
+    pre.replaceWith(block);
+    block.append(head, pre);
+  }
+}
+
+function wrapTables(root) {
+  // Wide tables scroll sideways inside the message instead of widening the page on a phone.
+  for (const table of root.querySelectorAll("table")) {
+    const wrap = el("div", { class: "table-wrap" });
+    table.replaceWith(wrap);
+    wrap.append(table);
+  }
+}
+
+// The server normalizes every citation style to `[n]`, often right after a word
+// ("inhabitants[1]"); code is left alone because code elements are skipped below.
+const CITATION = /\[(\d{1,3})\]/g;
+
+/** Turn `[n]` in plain text (not in code or existing links) into a link to source n. */
+function linkCitations(root, sources) {
+  const byNumber = new Map(sources.map((source) => [Number(source.n), source]));
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const targets = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement?.closest("pre, code, a")) continue;
+    CITATION.lastIndex = 0;
+    if (CITATION.test(node.data)) targets.push(node);
+  }
+  for (const node of targets) {
+    const parts = [];
+    let last = 0;
+    for (const match of node.data.matchAll(CITATION)) {
+      const source = byNumber.get(Number(match[1]));
+      if (!source) continue;
+      parts.push(node.data.slice(last, match.index), citationLink(source));
+      last = match.index + match[0].length;
+    }
+    if (!parts.length) continue;
+    parts.push(node.data.slice(last));
+    node.replaceWith(...parts.filter((part) => part !== ""));
+  }
+}
+
+export function citationLink(source) {
+  const n = String(source.n);
+  const title = String(source.title || source.url || `Source ${n}`);
+  const props = {
+    class: "cite",
+    dataset: { cite: n, title, url: String(source.url || "") },
+    "aria-label": `Source ${n}: ${title}`,
+    text: n,
+  };
+  if (!isSafeUrl(source.url)) return el("span", { ...props, tabindex: "0" });
+  return el("a", { ...props, href: source.url, target: "_blank", rel: "noopener noreferrer" });
+}
+
+/** "www.example.com/some/page" → "example.com", for compact source labels. */
+export function hostOf(url) {
+  try {
+    return new URL(url).hostname.replace(/^www\./, "");
+  } catch {
+    return String(url || "");
+  }
+}

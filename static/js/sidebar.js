@@ -1,0 +1,201 @@
+// The chat list: newest activity first, grouped by day, filtered by title on the server, with
+// rename (inline) and delete (after a confirmation). Items are plain links (#/chat/<id>), so
+// opening one is ordinary navigation: keyboard, middle-click and the Back button all work.
+
+import { api } from "./api.js";
+import { confirmDialog } from "./dialogs.js";
+import { announce, el, icon, toast } from "./dom.js";
+
+const FILTER_DELAY_MS = 200;
+
+export function chatHref(chatId) {
+  return `#/chat/${chatId}`;
+}
+
+export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
+  const list = document.getElementById("chat-list");
+  const filter = document.getElementById("chat-filter");
+  let chats = [];
+  let activeId = null;
+  let query = "";
+  let loadCount = 0;
+  let filterTimer = 0;
+
+  async function load() {
+    const ticket = ++loadCount;
+    list.setAttribute("aria-busy", "true");
+    try {
+      const found = await api.listChats(query);
+      if (ticket !== loadCount) return; // a newer filter answered first
+      chats = found;
+      render();
+      onLoaded();
+    } catch (error) {
+      if (ticket === loadCount) {
+        list.replaceChildren(el("p", { class: "list-note", text: `Could not load chats: ${error.message}` }));
+      }
+    } finally {
+      if (ticket === loadCount) list.setAttribute("aria-busy", "false");
+    }
+  }
+
+  function render() {
+    if (!chats.length) {
+      const text = query ? `No chats match “${query}”.` : "No chats yet. Say hello below.";
+      list.replaceChildren(el("p", { class: "list-note", text }));
+      return;
+    }
+    const groups = new Map();
+    for (const chat of chats) {
+      const label = dayGroup(chat.updated_at);
+      if (!groups.has(label)) groups.set(label, []);
+      groups.get(label).push(chat);
+    }
+    const sections = [];
+    for (const [label, items] of groups) {
+      sections.push(
+        el(
+          "section",
+          { class: "chat-group" },
+          el("h2", { class: "chat-group-title", text: label }),
+          el("ul", { class: "chat-items", role: "list" }, items.map(item)),
+        ),
+      );
+    }
+    list.replaceChildren(...sections);
+  }
+
+  function item(chat) {
+    const link = el("a", {
+      class: "chat-link",
+      href: chatHref(chat.chat_id),
+      text: chat.title,
+      title: chat.title,
+      "aria-current": chat.chat_id === activeId ? "page" : undefined,
+    });
+    const rename = el("button", { type: "button", class: "icon-button small", "aria-label": `Rename chat: ${chat.title}`, title: "Rename" }, icon("pencil"));
+    const remove = el("button", { type: "button", class: "icon-button small", "aria-label": `Delete chat: ${chat.title}`, title: "Delete" }, icon("trash"));
+    const row = el(
+      "li",
+      { class: "chat-item", dataset: { chatId: chat.chat_id } },
+      link,
+      el("div", { class: "chat-actions" }, rename, remove),
+    );
+    rename.addEventListener("click", () => startRename(row, chat));
+    remove.addEventListener("click", () => confirmDelete(chat, remove));
+    return row;
+  }
+
+  function startRename(row, chat) {
+    const input = el("input", { type: "text", class: "rename-input", "aria-label": "New chat title", maxlength: "200" });
+    input.value = chat.title;
+    const link = row.querySelector(".chat-link");
+    link.hidden = true;
+    row.classList.add("renaming");
+    row.prepend(input);
+    input.focus();
+    input.select();
+    let finished = false;
+    const finish = async (save) => {
+      if (finished) return;
+      finished = true;
+      const title = input.value.trim();
+      if (save && title && title !== chat.title) {
+        try {
+          const updated = await api.rename(chat.chat_id, title);
+          chat.title = updated.title;
+          onRenamed(updated);
+          announce(`Renamed to ${updated.title}`);
+        } catch (error) {
+          toast(`Could not rename the chat: ${error.message}`, "error");
+        }
+      }
+      render();
+      list.querySelector(`[data-chat-id="${CSS.escape(chat.chat_id)}"] .chat-link`)?.focus();
+    };
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        finish(true);
+      } else if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation(); // Esc here cancels the rename, not a streaming reply
+        finish(false);
+      }
+    });
+    input.addEventListener("blur", () => finish(true));
+  }
+
+  async function confirmDelete(chat, button) {
+    const ok = await confirmDialog({
+      title: "Delete this chat?",
+      text: `“${chat.title}” and all its messages will be deleted. What the assistant remembers about you stays.`,
+      confirm: "Delete",
+    });
+    if (!ok) {
+      button.focus();
+      return;
+    }
+    try {
+      await api.remove(chat.chat_id);
+    } catch (error) {
+      if (error.status !== 404) {
+        toast(`Could not delete the chat: ${error.message}`, "error");
+        return;
+      }
+    }
+    chats = chats.filter((c) => c.chat_id !== chat.chat_id);
+    render();
+    announce(`Deleted ${chat.title}`);
+    onDeleted(chat.chat_id);
+  }
+
+  filter.addEventListener("input", () => {
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(() => {
+      query = filter.value.trim();
+      load();
+    }, FILTER_DELAY_MS);
+  });
+  filter.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && filter.value) {
+      event.stopPropagation();
+      filter.value = "";
+      query = "";
+      load();
+    }
+  });
+
+  return {
+    load,
+    /** Put a chat at the top (it just got a message); keeps the filter's view honest. */
+    upsert(chat) {
+      chats = chats.filter((c) => c.chat_id !== chat.chat_id);
+      if (!query || chat.title.toLowerCase().includes(query.toLowerCase())) chats.unshift(chat);
+      render();
+    },
+    setActive(chatId) {
+      activeId = chatId;
+      for (const link of list.querySelectorAll(".chat-link")) {
+        if (link.closest(".chat-item").dataset.chatId === chatId) link.setAttribute("aria-current", "page");
+        else link.removeAttribute("aria-current");
+      }
+    },
+    titleOf(chatId) {
+      return chats.find((c) => c.chat_id === chatId)?.title;
+    },
+  };
+}
+
+function dayGroup(timestamp) {
+  const then = new Date(timestamp);
+  if (Number.isNaN(then.getTime())) return "Earlier";
+  const today = new Date();
+  today.setHours(0, 0, 0, 0);
+  const days = Math.floor((today - new Date(then).setHours(0, 0, 0, 0)) / 86_400_000);
+  if (days <= 0) return "Today";
+  if (days === 1) return "Yesterday";
+  if (days < 7) return "Previous 7 days";
+  if (days < 30) return "Previous 30 days";
+  return then.toLocaleDateString(undefined, { month: "long", year: "numeric" });
+}

@@ -1,0 +1,38 @@
+"""Citation normalization, whole and streamed piece by piece."""
+
+import pytest
+
+from rag.citations import CitationNormalizer, normalize_citations
+
+CASES = [
+    ("Paris is the capital [1].", "Paris is the capital [1]."),
+    ("It opened in 1889【2†L1-L3】.", "It opened in 1889[2]."),
+    ("Both agree [1, 3].", "Both agree [1][3]."),
+    ("See [2†source] and 【1】.", "See [2] and [1]."),
+    ("Made up [7] citation.", "Made up  citation."),
+    ("Mixed [1, 9] list.", "Mixed [1] list."),
+    ("A [link](https://example.com) stays.", "A [link](https://example.com) stays."),
+    ("Arrays like a[0] stay? [x] too.", "Arrays like a[0] stay? [x] too."),
+    ("[2] opens the answer.", "[2] opens the answer."),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), CASES)
+def test_normalize(raw: str, expected: str) -> None:
+    assert normalize_citations(raw, source_count=3) == expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), CASES)
+def test_streamed_piece_by_piece_gives_the_same_text(raw: str, expected: str) -> None:
+    for size in (1, 2, 5):
+        stream = CitationNormalizer(source_count=3)
+        shown = "".join(stream.feed(raw[i : i + size]) for i in range(0, len(raw), size))
+        assert shown + stream.finish() == expected
+
+
+def test_stream_does_not_hold_plain_text() -> None:
+    stream = CitationNormalizer(source_count=2)
+    assert stream.feed("Hello ") == "Hello "
+    assert stream.feed("world [") == "world "
+    assert stream.feed("1") == ""
+    assert stream.feed("] done") == "[1] done"

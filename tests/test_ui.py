@@ -1,0 +1,808 @@
+"""The browser UI in a real browser: Debian's Chromium driven by Playwright against the real server
+(real database and embedder, scripted model), all in the test's event loop.
+
+Every test gets a fresh browser context; when it ends, the page must have raised no JavaScript
+error or CSP violation, opened no dialog (an XSS payload that ran would) and asked nothing of any
+other origin (the UI works offline). Screenshots go to test-output/screenshots/ for people to
+look at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from core import chat_store
+from core.config import PROJECT_ROOT
+from core.prompts import WEB_NOTE
+from core.scripted_llm import ScriptedProvider
+from core.services import Services
+from server import CONTENT_SECURITY_POLICY
+from tests.chat_client import serve
+from tests.ui_fixtures import SHOWCASE_ANSWER, SHOWCASE_SOURCES, seed_chat, seed_showcase
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's package (.ci/run installs it)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = PROJECT_ROOT / "test-output" / "screenshots"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+expect.set_options(timeout=10_000)
+
+
+def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+async def ui_url(chat_services: Services) -> AsyncIterator[str]:
+    async with serve(chat_services) as url:
+        yield url
+
+
+TRAM_PAGES = {
+    "tram-28": (
+        "Tram 28 (Lisbon)",
+        "https://example.org/lisbon/tram-28",
+        "Tram 28 is Lisbon's most famous tram line. The route runs from Martim Moniz to Campo de"
+        " Ourique, climbing through the narrow streets of Graça, Alfama, Baixa and Estrela.",
+    ),
+    "remodelado": (
+        "Remodelado trams",
+        "https://example.org/lisbon/remodelado",
+        "The yellow Remodelado trams that serve tram 28 date from the 1930s and were rebuilt in"
+        " the 1990s; their small size suits the tight curves of Alfama.",
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+async def web_ui_url(
+    chat_services: Services, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
+    """The app with web search on, over the `pages` provider (a folder of Markdown pages)."""
+    search_providers = pytest.importorskip("rag.search_providers")
+    folder = tmp_path_factory.mktemp("ui-pages")
+    for name, (title, url, body) in TRAM_PAGES.items():
+        (folder / f"{name}.md").write_text(f"---\ntitle: {title}\nurl: {url}\n---\n\n{body}\n")
+    services = dataclasses.replace(
+        chat_services,
+        search_provider=search_providers.PagesProvider(folder),
+        features={**chat_services.features, "web_search": f"pages in {folder}"},
+    )
+    async with serve(services) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+async def showcase_chat(chat_services: Services) -> uuid.UUID:
+    """The realistic chats the screenshots show, seeded once."""
+    return await seed_showcase(chat_services.database.pool)
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    assert await asyncio.to_thread(CHROMIUM.exists), f"{CHROMIUM} is missing: apt install chromium"
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
+        )
+        yield launched
+        await launched.close()
+
+
+@dataclass
+class UI:
+    """One browser page on the app, and everything it did that a test must not allow."""
+
+    page: Page
+    url: str
+    dialogs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    foreign_requests: list[str] = field(default_factory=list)
+
+    async def open(self, hash_: str = "") -> None:
+        await self.page.goto(self.url + "/" + hash_)
+        await expect(self.page.locator("html.ready")).to_have_count(1)
+
+    async def send(self, text: str) -> None:
+        box = self.page.locator("#composer-input")
+        await box.fill(text)
+        await box.press("Enter")
+
+    def assistant(self, index: int = -1):
+        replies = self.page.locator(".msg-assistant")
+        return replies.last if index == -1 else replies.nth(index)
+
+    async def clipboard(self) -> str:
+        return await self.page.evaluate("navigator.clipboard.readText()")
+
+    async def shot(self, name: str) -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        await self.page.screenshot(path=SCREENSHOTS / f"{name}.png")
+
+
+async def new_ui(
+    browser: Browser, url: str, viewport: dict[str, int] = DESKTOP, scheme: str = "light"
+) -> tuple[UI, Any]:
+    context = await browser.new_context(
+        viewport=viewport,
+        color_scheme=scheme,
+        permissions=["clipboard-read", "clipboard-write"],
+        is_mobile=viewport is PHONE,
+        has_touch=viewport is PHONE,
+    )
+    page = await context.new_page()
+    ui = UI(page, url)
+
+    async def dismiss(dialog: Any) -> None:
+        ui.dialogs.append(dialog.message)
+        await dialog.dismiss()
+
+    page.on("dialog", dismiss)
+    page.on("pageerror", lambda error: ui.errors.append(f"page error: {error}"))
+    page.on(
+        "console",
+        lambda message: (
+            ui.errors.append(f"console: {message.text}") if message.type == "error" else None
+        ),
+    )
+    page.on(
+        "request",
+        lambda request: (
+            None
+            if request.url.startswith((url, "data:"))
+            else ui.foreign_requests.append(request.url)
+        ),
+    )
+    return ui, context
+
+
+def check_clean(ui: UI) -> None:
+    assert ui.dialogs == [], f"a dialog opened (script ran): {ui.dialogs}"
+    assert ui.errors == [], f"errors in the page: {ui.errors}"
+    assert ui.foreign_requests == [], f"requests to other origins: {ui.foreign_requests}"
+
+
+@pytest.fixture
+async def ui(browser: Browser, ui_url: str, model: ScriptedProvider) -> AsyncIterator[UI]:
+    page_ui, context = await new_ui(browser, ui_url)
+    yield page_ui
+    await context.close()
+    check_clean(page_ui)
+
+
+async def saved_messages(url: str, chat_id: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=url) as client:
+        response = await client.get(f"/api/chats/{chat_id}/messages")
+        assert response.status_code == 200
+        return response.json()
+
+
+def chat_id_of(page: Page) -> str:
+    match = re.search(r"#/chat/([0-9a-f-]{36})$", page.url)
+    assert match, f"no chat in the address: {page.url}"
+    return match.group(1)
+
+
+def without_timings(text: str) -> str:
+    """The steps line's total is measured in the browser while live and from the saved times
+    after a reload: the same to the eye, not always to the tenth of a second."""
+    return re.sub(r"\d+(\.\d)? s\b", "N s", text)
+
+
+# --- sending and streaming -----------------------------------------------------------------------
+
+STREAMED_PIECES = [
+    "## Packing list\n\n",
+    "Here is what I would take:\n\n",
+    "- a light jacket\n",
+    "- walking shoes\n\n",
+    "| Day | Plan |\n| --- | --- |\n",
+    "| Sat | Alfama and the castle |\n",
+    "| Sun | Belém |\n\n",
+    "To check the weather from a script:\n\n",
+    "```python\nimport json\n\ndef forecast(city):\n    return json.dumps({'city': city})\n```\n\n",
+    "Have a **great** trip!",
+]
+STREAMED_CODE = "import json\n\ndef forecast(city):\n    return json.dumps({'city': city})"
+
+
+async def test_a_new_chat_streams_markdown_and_a_reload_keeps_it(ui: UI, model) -> None:
+    model.push({"chunks": STREAMED_PIECES, "delay": 0.12})
+    await ui.open()
+    page = ui.page
+    await expect(page.locator(".empty-state")).to_be_visible()
+    await expect(page.locator("#show-summary")).to_be_disabled()
+    question = f"What should I pack for Lisbon? {uuid.uuid4().hex[:6]}"
+    await ui.send(question)
+
+    reply = ui.assistant()
+    await expect(page.locator(".msg-user .bubble")).to_have_text(question)
+    await expect(page.locator("#composer-input")).to_have_value("")
+    # Mid-stream: the first pieces are on screen, the last is not yet, Stop is offered.
+    await expect(reply.locator(".markdown")).to_contain_text("Here is what I would take")
+    assert "great" not in await reply.locator(".markdown").inner_text()
+    await expect(page.locator("#stop")).to_be_visible()
+    await expect(page.locator("#send")).to_be_hidden()
+    await expect(reply.locator(".steps-live")).to_be_visible()
+    # The draft became a chat: in the address bar and at the top of the sidebar.
+    await expect(page.locator(".chat-link").first).to_have_text(question)
+    await expect(page.locator(".chat-link").first).to_have_attribute("aria-current", "page")
+    await expect(page.locator("#chat-title")).to_have_text(question)
+    chat_id = chat_id_of(page)
+
+    await expect(reply).to_have_attribute("data-status", "complete", timeout=15_000)
+    await expect(page.locator("#send")).to_be_visible()
+    await expect(page.locator("#stop")).to_be_hidden()
+    markdown = reply.locator(".markdown")
+    await expect(markdown.locator("h2")).to_have_text("Packing list")
+    await expect(markdown.locator("li")).to_have_text(["a light jacket", "walking shoes"])
+    await expect(markdown.locator("table td")).to_have_text(
+        ["Sat", "Alfama and the castle", "Sun", "Belém"]
+    )
+    await expect(markdown.locator("strong")).to_have_text("great")
+    assert await markdown.locator("pre code .hljs-keyword").count() >= 2  # highlighted
+    await expect(reply.locator(".code-lang")).to_have_text("python")
+    await expect(reply.locator(".steps-toggle")).to_have_text(re.compile(r"^1 step · \d+\.\d s$"))
+    before = await page.locator("#messages").inner_text()
+
+    # Copy buttons: the code block's copies the code, the message's copies its Markdown.
+    await reply.locator(".code-block .copy-button").click()
+    assert await ui.clipboard() == STREAMED_CODE
+    await expect(reply.locator(".code-block .copy-button")).to_contain_text("Copied")
+    await reply.locator(".msg-actions .copy-button").click()
+    assert await ui.clipboard() == "".join(STREAMED_PIECES)
+
+    saved = await saved_messages(ui.url, chat_id)
+    assert [(m["role"], m["content"], m["status"]) for m in saved] == [
+        ("user", question, "complete"),
+        ("assistant", "".join(STREAMED_PIECES), "complete"),
+    ]
+    await ui.shot("desktop-light-streamed")
+
+    await page.reload()
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    assert without_timings(await page.locator("#messages").inner_text()) == without_timings(before)
+    await expect(page.locator("#chat-title")).to_have_text(question)
+    await expect(page.locator(f'.chat-link[href="#/chat/{chat_id}"]')).to_have_attribute(
+        "aria-current", "page"
+    )
+
+
+async def test_enter_sends_and_shift_enter_adds_a_line(ui: UI, model) -> None:
+    model.push({"text": "Got both lines."})
+    await ui.open()
+    page = ui.page
+    box = page.locator("#composer-input")
+    await box.press("Enter")  # nothing to send: nothing happens
+    await box.press_sequentially("first line")
+    await box.press("Shift+Enter")
+    await box.press_sequentially("second line")
+    await expect(box).to_have_value("first line\nsecond line")
+    await expect(page.locator(".msg-user")).to_have_count(0)
+    await box.press("Enter")
+    await expect(page.locator(".msg-user .bubble")).to_have_text("first line\nsecond line")
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Got both lines.")
+    assert model.calls[0]["messages"][-1]["content"] == "first line\nsecond line"
+
+    # The "Use web tool" box says why it cannot be ticked when no search provider is set up.
+    async with httpx.AsyncClient(base_url=ui.url) as client:
+        web = (await client.get("/api/config")).json()["web_search"]
+    checkbox = page.locator("#use-web")
+    if web["available"]:
+        await expect(checkbox).to_be_enabled()
+    else:
+        await expect(checkbox).to_be_disabled()
+        reason = re.sub(r"^off \((.*)\)$", r"\1", web["reason"])  # "off (X not set)" → "X not set"
+        await expect(page.locator("#web-reason")).to_contain_text(reason)
+
+
+async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> None:
+    fact = f"The user grows tomatoes {uuid.uuid4().hex[:6]}"
+    model.push(
+        tool_call("save_memory", content=fact),
+        tool_call("retrieve_memory", query="What does the user grow?"),
+        {"text": "Noted: tomatoes. " + "They like sun. " * 12, "delay": 0.08},
+    )
+    await ui.open()
+    await ui.send("I grow tomatoes on my balcony.")
+    reply = ui.assistant()
+    live = reply.locator(".steps-live .step-current")
+    await expect(live).to_have_text("Thinking about what the tools found…")
+    await expect(reply.locator(".markdown")).to_contain_text("Noted")
+    await ui.shot("desktop-light-live-step")
+
+    await expect(reply).to_have_attribute("data-status", "complete", timeout=15_000)
+    toggle = reply.locator(".steps-toggle")
+    await expect(toggle).to_have_text(re.compile(r"^5 steps · \d+\.\d s$"))
+    await expect(toggle).to_have_attribute("aria-expanded", "false")
+    steps = reply.locator(".steps-list")
+    await expect(steps).to_be_hidden()
+    await toggle.focus()
+    await ui.page.keyboard.press("Enter")  # keyboard works as well as a click
+    await expect(toggle).to_have_attribute("aria-expanded", "true")
+    await expect(steps.locator(".step-text")).to_have_text(
+        [
+            "Thinking",
+            f"Saving to memory: {fact}",
+            "Thinking about what the tools found",
+            "Looking up what I know about you",
+            "Thinking about what the tools found",
+        ]
+    )
+    await expect(steps.locator(".step-tool")).to_have_text([re.compile(r"^took \d+")] * 2)
+    await expect(steps.locator(".step-time").first).to_have_text(re.compile(r"^\d+\.\d s$"))
+
+    await ui.page.reload()  # saved steps and tool timings come back the same
+    reply = ui.assistant()
+    await expect(reply.locator(".steps-toggle")).to_have_text(re.compile(r"^5 steps · "))
+    await reply.locator(".steps-toggle").click()
+    await expect(reply.locator(".step-tool")).to_have_count(2)
+
+
+async def test_stop_keeps_the_partial_reply_marked_interrupted(ui: UI, model) -> None:
+    words = " ".join(f"word{i}" for i in range(300))
+    model.push({"text": words, "delay": 0.04})
+    await ui.open()
+    page = ui.page
+    await ui.send("Write a very long text")
+    reply = ui.assistant()
+    await expect(reply.locator(".markdown")).to_contain_text("word5")
+    await page.locator("#stop").click()
+    await expect(reply).to_have_attribute("data-status", "interrupted")
+    await expect(reply.locator(".badge-interrupted")).to_have_text("Interrupted")
+    await expect(page.locator("#send")).to_be_visible()
+    shown = await reply.locator(".markdown").inner_text()
+    assert shown.startswith("word0 word1 word2") and "word299" not in shown
+
+    chat_id = chat_id_of(page)
+    for _ in range(100):
+        saved = await saved_messages(ui.url, chat_id)
+        if len(saved) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert saved[1]["status"] == "interrupted"
+    assert saved[1]["content"].startswith("word0 word1 word2")
+    assert "word299" not in saved[1]["content"]
+
+    # Esc stops too, and a message sent right after a stop goes through.
+    model.push({"text": words, "delay": 0.04})
+    await ui.send("Once more please")
+    second = ui.assistant()
+    await expect(second.locator(".markdown")).to_contain_text("word5")
+    await page.keyboard.press("Escape")
+    await expect(second).to_have_attribute("data-status", "interrupted")
+
+    await page.reload()
+    await expect(page.locator(".msg-assistant")).to_have_count(2)
+    await expect(page.locator(".msg-assistant .badge-interrupted")).to_have_count(2)
+    saved = await saved_messages(ui.url, chat_id)
+    first_text = await ui.assistant(0).locator(".markdown").inner_text()
+    assert first_text.strip() == saved[1]["content"].strip()
+
+
+async def test_a_failed_reply_shows_the_error_and_retry_works(ui: UI, model) -> None:
+    model.push({"error": "service unavailable"})
+    await ui.open()
+    page = ui.page
+    await ui.send("Are you there?")
+    reply = ui.assistant()
+    error = reply.locator(".error-box")
+    await expect(error).to_contain_text("service unavailable")
+    await expect(reply).to_have_attribute("data-status", "error")
+    await ui.shot("desktop-light-error")
+
+    model.push({"text": "Yes, I am here now."})
+    await error.get_by_role("button", name="Retry").click()
+    await expect(page.locator(".msg-assistant")).to_have_count(2)
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Yes, I am here now.")
+    await expect(page.locator(".retry-button")).to_have_count(0)  # only the latest offers it
+    assert [m["messages"][-1]["content"] for m in model.calls] == ["Are you there?"] * 2
+
+    await page.reload()  # the failed exchange stays in the chat, as saved
+    await expect(page.locator(".msg-assistant")).to_have_count(2)
+    await expect(ui.assistant(0).locator(".error-box")).to_contain_text("service unavailable")
+    await expect(page.locator(".retry-button")).to_have_count(0)
+
+
+async def test_a_message_sent_while_the_summary_is_written_waits_for_it(
+    ui: UI, model, chat_services: Services
+) -> None:
+    # 10 saved messages: the next exchange makes 12, so the server folds a summary after `done`
+    # while the stream stays open, and refuses (409) a new message in the chat until it closes.
+    turns = [(f"question {i}", {"content": f"answer {i}"}) for i in range(5)]
+    chat_id = await seed_chat(chat_services.database.pool, "Summary on its way", turns)
+    model.push({"text": "First reply."}, {"text": "A slow summary of it all.", "delay": 0.4})
+    await ui.open(f"#/chat/{chat_id}")
+    page = ui.page
+    await ui.send("One more question")
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    model.push({"text": "Second reply."})
+    await ui.send("And another")  # the summary is still being written
+    second = ui.assistant()
+    await expect(second.locator(".step-current")).to_have_text(
+        "Waiting for the previous reply to be saved…"
+    )
+    await expect(second).to_have_attribute("data-status", "complete")
+    await expect(second.locator(".markdown")).to_have_text("Second reply.")
+    await expect(page.locator(".error-box")).to_have_count(0)
+    assert (await chat_store.get_chat(chat_services.database.pool, chat_id))["summary"] == (
+        "A slow summary of it all."
+    )
+
+
+# --- the sidebar ---------------------------------------------------------------------------------
+
+
+async def test_rename_delete_and_filter_chats(ui: UI, chat_services: Services) -> None:
+    pool = chat_services.database.pool
+    tag = uuid.uuid4().hex[:8]
+    ids = {}
+    for title in (f"{tag} garden plans", f"{tag} bicycle repair", f"{tag} garden tools"):
+        ids[title] = await seed_chat(pool, title, [("hello", {"content": "Hi!"})])
+    page = ui.page
+    await ui.open()
+    links = page.locator(".chat-link")
+    # Newest first.
+    await expect(links.nth(0)).to_have_text(f"{tag} garden tools")
+    await expect(links.nth(1)).to_have_text(f"{tag} bicycle repair")
+
+    await page.locator("#chat-filter").fill(f"{tag} GARDEN")
+    await expect(links).to_have_text([f"{tag} garden tools", f"{tag} garden plans"])
+    await page.locator("#chat-filter").press("Escape")  # clears the filter
+    await expect(links.nth(1)).to_have_text(f"{tag} bicycle repair")
+
+    # Rename with the keyboard: Tab from the chat's link reaches its Rename button.
+    await links.filter(has_text=f"{tag} garden plans").focus()
+    await page.keyboard.press("Tab")
+    focused = page.locator(":focus")
+    await expect(focused).to_have_attribute("aria-label", f"Rename chat: {tag} garden plans")
+    await expect(focused).to_be_visible()
+    await expect(focused).to_have_css("outline-style", "solid")  # focus is visible
+    await page.keyboard.press("Enter")
+    title_box = page.get_by_role("textbox", name="New chat title")
+    await expect(title_box).to_be_focused()
+    await title_box.fill(f"{tag} vegetable beds")
+    await title_box.press("Enter")
+    await expect(links.filter(has_text=f"{tag} vegetable beds")).to_have_count(1)
+    await expect(links.filter(has_text=f"{tag} garden plans")).to_have_count(0)
+    chat = await chat_store.get_chat(pool, ids[f"{tag} garden plans"])
+    assert chat["title"] == f"{tag} vegetable beds"
+
+    # Delete asks first; Cancel keeps the chat.
+    open_chat = links.filter(has_text=f"{tag} bicycle repair")
+    await open_chat.click()
+    await expect(page.locator("#chat-title")).to_have_text(f"{tag} bicycle repair")
+    delete = page.get_by_role("button", name=f"Delete chat: {tag} bicycle repair")
+    await open_chat.hover()
+    await delete.click()
+    dialog = page.locator("#confirm-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(dialog).to_contain_text(f"“{tag} bicycle repair” and all its messages")
+    await dialog.get_by_role("button", name="Cancel").click()
+    await expect(dialog).to_be_hidden()
+    assert await chat_store.get_chat(pool, ids[f"{tag} bicycle repair"]) is not None
+
+    await open_chat.hover()
+    await delete.click()
+    await dialog.get_by_role("button", name="Delete").click()
+    await expect(links.filter(has_text=f"{tag} bicycle repair")).to_have_count(0)
+    assert await chat_store.get_chat(pool, ids[f"{tag} bicycle repair"]) is None
+    # It was the open chat: the view went back to a new-chat draft.
+    await expect(page.locator("#chat-title")).to_have_text("New chat")
+    await expect(page.locator(".empty-state")).to_be_visible()
+    assert "#/chat/" not in page.url
+
+
+async def test_show_summary(ui: UI, chat_services: Services) -> None:
+    pool = chat_services.database.pool
+    turns = [(f"question {i}", {"content": f"answer {i}"}) for i in range(7)]
+    chat_id = await seed_chat(pool, "A long chat with a summary", turns)
+    messages = await chat_store.list_messages(pool, chat_id)
+    summary = "The user asked seven numbered questions.\n\nEach got a numbered answer."
+    assert await chat_store.set_summary(pool, chat_id, summary, messages[3]["message_id"])
+    bare_id = await seed_chat(pool, "A short chat", [("hi", {"content": "hello"})])
+
+    await ui.open(f"#/chat/{chat_id}")
+    page = ui.page
+    await expect(page.locator(".msg-user")).to_have_count(7)
+    await page.get_by_role("button", name="Show summary").click()
+    dialog = page.locator("#summary-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(dialog.locator("#summary-text p")).to_have_text(
+        ["The user asked seven numbered questions.", "Each got a numbered answer."]
+    )
+    await expect(dialog.locator("#summary-meta")).to_have_text(
+        "Covers the first 4 of 14 messages; the assistant reads the rest word for word."
+    )
+    await ui.shot("desktop-light-summary")
+    await page.keyboard.press("Escape")
+    await expect(dialog).to_be_hidden()
+
+    await ui.open(f"#/chat/{bare_id}")
+    await page.get_by_role("button", name="Show summary").click()
+    await expect(dialog).to_contain_text("This chat has no summary yet")
+    await dialog.get_by_role("button", name="Close the summary").click()
+    await expect(dialog).to_be_hidden()
+
+
+# --- safety --------------------------------------------------------------------------------------
+
+XSS_REPLY = """Here you go: <img src=x onerror="alert('img')">
+and [click me](javascript:alert('link'))
+and <a href="javascript:alert('a')" onclick="alert('click')">raw link</a>.
+
+<script>alert('script')</script>
+
+<iframe src="javascript:alert('frame')"></iframe>
+
+[JaVaScRiPt link](JAVASCRIPT:alert('case')) ![picture](javascript:alert('image'))
+[a safe link](https://example.com/page)
+"""
+INERT_CHECK = """() => {
+  const box = document.getElementById("messages");
+  return {
+    handlers: [...box.querySelectorAll("*")].flatMap((el) =>
+        [...el.attributes].map((a) => a.name).filter((name) => name.startsWith("on"))),
+    badLinks: [...box.querySelectorAll("[href], [src]")]
+        .map((el) => el.getAttribute("href") || el.getAttribute("src"))
+        .filter((url) => /^\\s*(javascript|data|vbscript):/i.test(url)),
+    dangerous: box.querySelectorAll("script, iframe, img, object, embed, style").length,
+  };
+}"""
+
+
+async def test_an_xss_payload_in_a_reply_is_rendered_inert(ui: UI, model) -> None:
+    model.push({"text": XSS_REPLY})
+    page = ui.page
+    response = await page.goto(ui.url + "/")
+    assert response is not None
+    headers = response.headers
+    assert headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    for part in ("script-src 'self'", "object-src 'none'", "frame-ancestors 'none'"):
+        assert part in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "no-referrer"
+
+    await ui.send("<b onmouseover=\"alert('user')\">Show me some HTML</b>")
+    reply = ui.assistant()
+    await expect(reply).to_have_attribute("data-status", "complete")
+    await expect(page.locator(".msg-user .bubble")).to_have_text(
+        "<b onmouseover=\"alert('user')\">Show me some HTML</b>"
+    )
+
+    for attempt in ("live", "after reload"):
+        markdown = reply.locator(".markdown")
+        # Raw HTML is shown as the text it is, never interpreted.
+        await expect(markdown).to_contain_text("<script>alert('script')</script>")
+        await expect(markdown).to_contain_text("<img src=x onerror=\"alert('img')\">")
+        assert not await markdown.get_by_text("click me").evaluate("a => a.hasAttribute('href')")
+        safe = markdown.get_by_role("link", name="a safe link")
+        await expect(safe).to_have_attribute("href", "https://example.com/page")
+        await expect(safe).to_have_attribute("target", "_blank")
+        await expect(safe).to_have_attribute("rel", "noopener noreferrer")
+        await markdown.get_by_text("click me").click()  # a click does nothing either
+        state = await page.evaluate(INERT_CHECK)
+        assert state == {"handlers": [], "badLinks": [], "dangerous": 0}, attempt
+        await page.reload()
+        reply = ui.assistant()
+        await expect(reply).to_have_attribute("data-status", "complete")
+    assert ui.dialogs == []
+
+
+# --- citations -----------------------------------------------------------------------------------
+
+
+async def test_citations_link_to_their_sources_with_a_popover(
+    ui: UI, chat_services: Services
+) -> None:
+    # The reply is saved with its sources as a web answer is; until the web search tool is in
+    # every checkout this is how the browser test gets one (the rendering is the same).
+    hostile = {"n": 5, "title": "<img src=x onerror=alert(1)>", "url": "javascript:alert(1)"}
+    content = SHOWCASE_ANSWER + "\n\nA hostile source [5]. An unknown one [9]. Code: `x[1]`."
+    chat_id = await seed_chat(
+        chat_services.database.pool,
+        "Python 3.13 with sources",
+        [
+            (
+                "What changed in Python 3.13?",
+                {"content": content, "sources": [*SHOWCASE_SOURCES, hostile]},
+            )
+        ],
+    )
+    await ui.open(f"#/chat/{chat_id}")
+    page = ui.page
+    reply = ui.assistant()
+    cites = reply.locator(".markdown a.cite")
+    await expect(cites).to_have_count(5)  # [1] [2] [3] [1] [4], in the table too
+    first = cites.first
+    await expect(first).to_have_text("1")
+    await expect(first).to_have_attribute("href", SHOWCASE_SOURCES[0]["url"])
+    await expect(first).to_have_attribute("target", "_blank")
+    await expect(first).to_have_attribute("rel", "noopener noreferrer")
+    for link in await cites.all():
+        n = int(await link.inner_text())
+        await expect(link).to_have_attribute("href", SHOWCASE_SOURCES[n - 1]["url"])
+
+    popover = page.locator("#cite-popover")
+    await expect(popover).to_be_hidden()
+    await first.hover()
+    await expect(popover).to_be_visible()
+    await expect(popover).to_contain_text(SHOWCASE_SOURCES[0]["title"])
+    await expect(popover).to_contain_text(SHOWCASE_SOURCES[0]["url"])
+    await expect(first).to_have_attribute("aria-describedby", "cite-popover")
+    await ui.shot("desktop-light-citation-popover")
+    await page.mouse.move(5, 5)
+    await expect(popover).to_be_hidden()
+    second = cites.filter(has_text="2")
+    await second.focus()  # keyboard focus shows it too
+    await expect(popover).to_contain_text(SHOWCASE_SOURCES[1]["title"])
+    await page.keyboard.press("Escape")
+    await expect(popover).to_be_hidden()
+
+    # The hostile source is neither a link nor markup; unknown numbers and code stay text.
+    hostile_cite = reply.locator(".markdown .cite", has_text="5")
+    await expect(hostile_cite).to_have_count(1)
+    assert await hostile_cite.evaluate("el => el.tagName") == "SPAN"
+    await expect(reply.locator(".markdown")).to_contain_text("An unknown one [9]")
+    await expect(reply.locator(".markdown code", has_text="x[1]")).to_have_count(1)
+
+    items = reply.locator(".sources-list li")
+    await expect(items).to_have_count(5)
+    await expect(reply.locator(".sources-title")).to_have_text("Sources")
+    for index, source in enumerate(SHOWCASE_SOURCES):
+        item = items.nth(index)
+        await expect(item).to_have_attribute("value", str(source["n"]))
+        link = item.locator("a.source-link")
+        await expect(link).to_have_text(source["title"])
+        await expect(link).to_have_attribute("href", source["url"])
+        await expect(link).to_have_attribute("rel", "noopener noreferrer")
+    await expect(items.nth(4).locator("a")).to_have_count(0)
+    await expect(items.nth(4)).to_contain_text("<img src=x onerror=alert(1)>")
+    state = await page.evaluate(INERT_CHECK)
+    assert state == {"handlers": [], "badLinks": [], "dangerous": 0}
+
+
+async def test_a_web_answer_streams_with_working_citations(
+    browser: Browser, web_ui_url: str, model: ScriptedProvider, showcase_chat: uuid.UUID
+) -> None:
+    ui, context = await new_ui(browser, web_ui_url)
+    try:
+        await ui.open()
+        page = ui.page
+        web = page.get_by_role("checkbox", name="Use web tool")
+        await expect(web).to_be_enabled()
+        await expect(page.locator("#web-reason")).to_be_empty()
+        await web.check()
+        model.push(
+            tool_call("web_search", query="Lisbon tram 28 route", context=""),
+            {"text": json.dumps({"reason": "The route is stated.", "enough": "yes"})},
+            {
+                "chunks": [
+                    "Tram 28 runs from Martim Moniz ",
+                    "to Campo de Ourique【1†L2】 ",
+                    "in small 1930s trams [2].",
+                ],
+                "delay": 0.3,
+            },
+        )
+        await ui.send("Where does tram 28 go?")
+        reply = ui.assistant()
+        await expect(reply.locator(".steps-live .step-current")).to_contain_text(
+            "Writing the answer"
+        )
+        await expect(reply).to_have_attribute("data-status", "complete", timeout=20_000)
+        assert model.calls[0]["messages"][-1]["content"].endswith(f"<note>{WEB_NOTE}</note>")
+
+        saved = (await saved_messages(ui.url, chat_id_of(page)))[1]
+        assert saved["content"] == (
+            "Tram 28 runs from Martim Moniz to Campo de Ourique[1] in small 1930s trams [2]."
+        )
+        sources = saved["sources"]
+        assert {s["url"] for s in sources} <= {url for _, url, _ in TRAM_PAGES.values()}
+        for attempt in ("live", "after reload"):
+            cites = reply.locator(".markdown a.cite")
+            await expect(cites).to_have_text(["1", "2"])
+            for n, link in enumerate(await cites.all(), start=1):
+                await expect(link).to_have_attribute("href", sources[n - 1]["url"])
+                await expect(link).to_have_attribute("rel", "noopener noreferrer")
+            await cites.first.hover()
+            popover = page.locator("#cite-popover")
+            await expect(popover).to_contain_text(sources[0]["title"])
+            await expect(popover).to_contain_text(sources[0]["url"])
+            items = reply.locator(".sources-list a.source-link")
+            await expect(items).to_have_text([s["title"] for s in sources])
+            await reply.locator(".steps-toggle").click()
+            await expect(reply.locator(".step-text")).to_contain_text(
+                ["Searching the web for “Lisbon tram 28 route”"]
+            )
+            if attempt == "live":
+                await ui.shot("desktop-light-web-answer")
+                await page.reload()
+                reply = ui.assistant()
+
+        # The README's picture (docs/screenshot.png is a copy of it): the showcase chat with a
+        # source's popover open, on a server whose web search is on.
+        await ui.open(f"#/chat/{showcase_chat}")
+        await page.locator(".markdown a.cite").nth(1).hover()
+        await expect(page.locator("#cite-popover")).to_be_visible()
+        await ui.shot("desktop-light-readme")
+    finally:
+        await context.close()
+    check_clean(ui)
+
+
+# --- layouts, themes, screenshots ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+async def test_desktop_and_phone_layouts(
+    browser: Browser, ui_url: str, showcase_chat: uuid.UUID, scheme: str
+) -> None:
+    chat_id = showcase_chat
+    desktop, context = await new_ui(browser, ui_url, DESKTOP, scheme)
+    try:
+        await desktop.open(f"#/chat/{chat_id}")
+        page = desktop.page
+        await expect(page.locator(".sources-list li")).to_have_count(4)
+        await expect(page.locator("#sidebar")).to_be_visible()
+        await expect(page.locator("#open-sidebar")).to_be_hidden()
+        background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == ("rgb(255, 255, 255)" if scheme == "light" else "rgb(27, 28, 31)")
+        await page.locator(".steps-toggle").click()
+        await desktop.shot(f"desktop-{scheme}")
+        await page.locator(".steps-toggle").click()
+        await page.locator("#new-chat").click()
+        await expect(page.locator(".empty-state")).to_be_visible()
+        await desktop.shot(f"desktop-{scheme}-new-chat")
+    finally:
+        await context.close()
+    check_clean(desktop)
+
+    phone, context = await new_ui(browser, ui_url, PHONE, scheme)
+    try:
+        await phone.open(f"#/chat/{chat_id}")
+        page = phone.page
+        await expect(page.locator(".sources-list li")).to_have_count(4)
+        await expect(page.locator("#sidebar")).to_be_hidden()  # collapsed into a drawer
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], "the page scrolls sideways on a phone"
+        await phone.shot(f"phone-{scheme}")
+        await page.get_by_role("button", name="Open the chat list").click()
+        await expect(page.locator("#sidebar")).to_be_visible()
+        await expect(page.locator("#chat-filter")).to_be_focused()
+        # The drawer has finished sliding in.
+        await expect(page.locator("#sidebar")).to_have_css("transform", "none")
+        await phone.shot(f"phone-{scheme}-sidebar")
+        await page.locator(".chat-link", has_text="Explain Postgres MVCC simply").first.click()
+        await expect(page.locator("#sidebar")).to_be_hidden()
+        await expect(page.locator("#chat-title")).to_have_text("Explain Postgres MVCC simply")
+    finally:
+        await context.close()
+    check_clean(phone)
