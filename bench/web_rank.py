@@ -233,6 +233,18 @@ async def run_bench(runs: int) -> None:
 
         return wrapped
 
+    def embed_batch(run: Round, size: int) -> Round:
+        async def wrapped(query: str) -> list[int]:
+            default = ranker.EMBED_BATCH
+            ranker.EMBED_BATCH = size
+            try:
+                return await run(query)
+            finally:
+                ranker.EMBED_BATCH = default
+
+        return wrapped
+
+    batch = ranker.EMBED_BATCH
     warm: dict[str, np.ndarray] = {}
     await bench.ranker_round(cache=warm, method="hybrid", dense_candidates=None)(queries[0])
     with warnings.catch_warnings():
@@ -257,18 +269,28 @@ async def run_bench(runs: int) -> None:
             bench.dense_recall,
         ),
         Attempt(
-            "Embedder (batches of 64, sorted), dense, all chunks",
+            "Embedder, one call (its batches of 64), dense, all chunks",
+            embed_batch(bench.ranker_round(method="dense"), 64),
+            lambda: bench.ranker_recall(method="dense"),
+        ),
+        Attempt(
+            f"Embedder, calls of {batch} sorted by length, dense, all chunks",
             bench.ranker_round(method="dense"),
             lambda: bench.ranker_recall(method="dense"),
         ),
         Attempt(
-            "hybrid (BM25 + dense, RRF), all chunks embedded",
+            f"hybrid (BM25 + dense, RRF), all chunks embedded, calls of {batch}",
             bench.ranker_round(method="hybrid", dense_candidates=None),
             lambda: bench.ranker_recall(method="hybrid", dense_candidates=None),
         ),
+        Attempt(
+            f"hybrid, BM25 prefilter: top {ranker.DENSE_CANDIDATES} embedded, one call",
+            embed_batch(bench.ranker_round(), 64),
+            bench.ranker_recall,
+        ),
         *[
             Attempt(
-                f"hybrid, BM25 prefilter: top {n} embedded"
+                f"hybrid, BM25 prefilter: top {n} embedded, calls of {batch}"
                 + (" (default)" if n == ranker.DENSE_CANDIDATES else ""),
                 bench.ranker_round(method="hybrid", dense_candidates=n),
                 lambda n=n: bench.ranker_recall(method="hybrid", dense_candidates=n),

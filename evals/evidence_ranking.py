@@ -1,4 +1,4 @@
-"""Measure how well a search round's chunks are ranked: dense-only against hybrid (BM25 + dense, RRF).
+"""How well a search round's chunks are ranked: dense-only against hybrid (BM25 + dense, RRF).
 
     python -m evals.evidence_ranking [--data PATH] [--limit N] [--budget N]
 
@@ -9,10 +9,10 @@ ALL five pages are ranked, as if one search had returned every page. Unanswerabl
 left out (they have no evidence to find).
 
 Relevance: a chunk is relevant when it contains one of the question's answer spans, at its place in
-the page. Each chunk is mapped back to the page: its text is cut into lines and sentences, each one
-is found in the page (whitespace-insensitive, searching forward from the previous one), and
-consecutive finds less than MAX_GAP_CHARS apart are joined (the gap is text the cleaner changed, such
-as a removed "[citation needed]"). A span counts for a chunk only if it lies inside one of the
+the page. Each chunk is mapped back to the page: its text is cut into lines and sentences, each
+one is found in the page (whitespace-insensitive, searching forward from the previous one), and
+consecutive finds less than MAX_GAP_CHARS apart are joined (the gap is text the cleaner changed,
+such as a removed "[citation needed]"). A span counts for a chunk only if it lies inside one of the
 chunk's mapped intervals. A plain "the answer text occurs in the chunk" check is reported too: it
 is more lenient (short answers such as "France" or "1066" occur in many chunks).
 
@@ -197,7 +197,10 @@ class Scores:
     embedded_per_question: float
 
 
-def first_relevant_rank(ranked: list[ranker.RankedChunk], index: dict[int, int], relevant: set[int]):
+def first_relevant_rank(
+    ranked: list[ranker.RankedChunk], index: dict[int, int], relevant: set[int]
+) -> int | None:
+    """The rank of the first relevant chunk, or None."""
     for item in ranked:
         if index[id(item.chunk)] in relevant:
             return item.rank
@@ -304,7 +307,11 @@ METHODS: list[tuple[str, dict[str, Any]]] = [
     ("bm25", {"method": "bm25"}),
     ("hybrid (RRF), all chunks embedded", {"method": "hybrid", "dense_candidates": None}),
     *[
-        (f"hybrid (RRF), BM25 top {n} embedded", {"method": "hybrid", "dense_candidates": n})
+        (
+            f"hybrid (RRF), BM25 top {n} embedded"
+            + (" (default)" if n == ranker.DENSE_CANDIDATES else ""),
+            {"method": "hybrid", "dense_candidates": n},
+        )
         for n in (10, 15, 20, 30, 40)
     ],
 ]

@@ -34,9 +34,9 @@ Splitting: `MarkdownHeaderTextSplitter` on `#` to `####` (blocks kept apart so p
 survive), then `RecursiveCharacterTextSplitter` for sections over the budget, splitting at
 paragraphs, lines, sentences, clauses and words in that order, with `OVERLAP_TOKENS` of overlap,
 lengths counted with the caller's tokenizer. A section's last piece is rebalanced when it would be
-tiny. Pieces under `MIN_PIECE_TOKENS` are merged into a neighbour (same section first; a piece from
-another section keeps its own `[Section: …]` line), or, when no neighbour has room, kept if they hold
-a digit (prices, dates, versions) and dropped otherwise.
+tiny. Pieces under `MIN_PIECE_TOKENS` are merged into a neighbour (same section first; a piece
+from another section keeps its own `[Section: …]` line), or, when no neighbour has room, kept if
+they hold a digit (prices, dates, versions) and dropped otherwise.
 
 Known limits: code blocks lose their indentation (the header splitter strips lines); a table split
 across chunks does not repeat its header row.

@@ -35,7 +35,7 @@ DEFAULT_TOP_K = 20
 # Texts per embedding call (measured in bench/web_rank.py).
 EMBED_BATCH = 8
 # Chunks embedded per round, chosen by BM25. None embeds every chunk.
-DENSE_CANDIDATES: int | None = 30
+DENSE_CANDIDATES: int | None = 20
 
 
 class EmbedderLike(Protocol):

@@ -114,12 +114,13 @@ def clean_results(results: Iterable[SearchResult], max_results: int) -> list[Sea
 
 # Lucene's English stop words plus question words: questions are full of "what"/"how many", which
 # pages rarely use, so without these BM25 would reward the odd page that does.
-STOPWORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then "
-    "there these they this to was will with what which who whom whose when where why how did do "
-    "does doing done was were been being has have had many much i you he she we its his her our "
-    "your can could would should may might".split()
-)
+_STOPWORD_TEXT = """
+    a an and are as at be but by for if in into is it no not of on or such that the their then
+    there these they this to was will with what which who whom whose when where why how did do
+    does doing done were been being has have had many much i you he she we its his her our your
+    can could would should may might
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _TOKEN = re.compile(r"[^\W_]+")
 
 
