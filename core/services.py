@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from litellm import Router
-from rag.search_providers import SearchProvider, provider_from_settings
 
 from core.config import Settings
 from core.db import Database
@@ -22,6 +21,7 @@ from core.llm_router import ModelPlan, build_router, log_model_plan, plan_models
 from core.memory_store import reembed_stale_memories
 from core.tracing import configure_tracing
 from rag.embedder import Embedder
+from rag.search_providers import SearchProvider, provider_from_settings
 
 log = logging.getLogger("resolveai")
 

@@ -20,12 +20,13 @@ from rag.ranker import rank_chunks
 EVALDATA = Path(os.environ.get("EVALDATA_DIR", PROJECT_ROOT.parent / "shared" / "evaldata"))
 SQUAD = EVALDATA / "squad" / "pages.json"
 QUESTIONS = 200  # evenly spread over the five pages; all 872 take a few minutes
-# Measured with `python -m evals.evidence_ranking` (default hybrid ranking, BM25 prefilter 30):
-# recall@20 0.995 and recall@5 0.977 on all 872 answerable questions, 0.990 / 0.965 on these
-# 200. Floors leave a margin of about two questions in a hundred for model/library drift.
+# Measured with `python -m evals.evidence_ranking` (default: hybrid, BM25 prefilter 20): recall@20
+# 0.993 and recall@5 0.979 on all 872 answerable questions; `--limit 200` (these 200): 0.985 and
+# 0.970, dense-only 0.985 and 0.895. The floors leave a margin of 1.5 to 3 points (3 to 6
+# questions) for model and library drift; a broken chunker, mapping or fusion falls far below.
 RECALL_AT_20_FLOOR = 0.97
 RECALL_AT_5_FLOOR = 0.94
-DENSE_RECALL_AT_5_FLOOR = 0.87  # measured 0.895 on these 200
+DENSE_RECALL_AT_5_FLOOR = 0.87
 DEFAULT_BUDGET = 256
 
 
@@ -76,10 +77,12 @@ async def test_squad_recall_above_floor(embedder: Embedder) -> None:
     at_5, at_20 = await recall(queries, ranker.DEFAULT_METHOD, cache)
     assert at_20 >= RECALL_AT_20_FLOOR
     assert at_5 >= RECALL_AT_5_FLOOR
-    # The default must stay the better of the two measured: hybrid beats dense-only here.
+    # The default must stay the better of the two measured: hybrid beats dense-only clearly at
+    # 5 (at 20 both are near the ceiling).
     dense_at_5, dense_at_20 = await recall(queries, "dense", cache)
     assert dense_at_5 >= DENSE_RECALL_AT_5_FLOOR
-    assert at_5 > dense_at_5 and at_20 >= dense_at_20
+    assert dense_at_20 >= RECALL_AT_20_FLOOR
+    assert at_5 > dense_at_5 + 0.03
 
 
 async def test_cache_avoids_embedding_a_page_twice(embedder: Embedder) -> None:
