@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,9 @@ import pytest
 
 from core.config import PROJECT_ROOT, load_settings
 from core.db import Database
+from tests.chat_client import free_port
 
 START_TIMEOUT = 120
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
