@@ -1,13 +1,27 @@
 """Start-up time: from `python server.py` to a healthy /api/health, first start on an empty data
-folder and later starts, plus the server's memory at rest. Baseline, measured in the same run: a
-bare FastAPI app started by uvicorn (what any Python web server pays before doing anything).
+folder and later starts, plus the server's memory at rest and after loading each model.
 
-    python -m bench.startup [--runs 3]
+    python -m bench.startup [--runs 3] [--compare DIR] [--no-models]
+
+Baseline, measured in the same run: a bare FastAPI app started by uvicorn (what any Python web
+server pays before doing anything). Runs are interleaved (baseline, first start, later start, then
+again), so a busy machine slows every row alike. `--compare DIR` adds the same two rows for the
+server of another checkout (e.g. `git archive HEAD | tar -x -C /tmp/before`), run by this
+interpreter on the same data folders: a before/after in one run.
+
+Memory: RSS of the server process when healthy (database pool open, embedder loaded, the local
+model not yet: it loads on first use). Then, step by step in one fresh process doing what the
+server does: the server's imports, `open_services` (database + embedder), the local model loaded
+(`LocalLlamaProvider.preload`) and after its first short reply (llama.cpp maps the GGUF file; its
+pages count once read, and the KV cache is allocated). The local model is the app's own
+(data/models, assembled by `python -m core.model_weights` or the first chat) when present;
+`--no-models` skips these steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -19,7 +33,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from core.config import PROJECT_ROOT
+from core.config import PROJECT_ROOT, load_settings
+from core.model_weights import default_model_path
 from tests.chat_client import free_port
 
 BASELINE_APP = """
@@ -32,12 +47,54 @@ def health():
 uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
 """
 
+# Run in a fresh interpreter from the project folder; prints one JSON line [step, rss] per step.
+MEMORY_STEPS = """
+import asyncio, json, time
+import psutil
 
-def time_to_healthy(command: list[str], env: dict[str, str], port: int) -> tuple[float, int]:
+def report(step, started):
+    rss = psutil.Process().memory_info().rss
+    print(json.dumps([step, rss, time.perf_counter() - started]), flush=True)
+
+started = time.perf_counter()
+report("Python interpreter (+ psutil)", started)
+started = time.perf_counter()
+import server  # noqa: F401  (what `python server.py` imports before start-up)
+report("server's imports (FastAPI, LangGraph, LiteLLM, app modules)", started)
+
+from core.config import get_settings
+from core.llm_router import provider_handler
+from core.local_llm import LocalLlamaProvider
+from core.services import open_services
+
+async def main():
+    started = time.perf_counter()
+    services = await open_services(get_settings())
+    await services.embedder.embed_query("warm up")
+    report("open_services: database pool + embedder loaded (healthy)", started)
+    local = provider_handler("local") or LocalLlamaProvider(services.settings)
+    started = time.perf_counter()
+    await local.preload()
+    report("local model loaded (llama.cpp, weights mapped)", started)
+    started = time.perf_counter()
+    messages = [{"role": "user", "content": "Say hello in five words."}]
+    async for _ in local.generate("local", messages, {"max_tokens": 16, "temperature": 0.0}):
+        pass
+    report("after its first reply (weights read, KV cache in use)", started)
+    local.close()
+    await services.close()
+
+asyncio.run(main())
+"""
+
+
+def time_to_healthy(
+    command: list[str], env: dict[str, str], port: int, cwd: Path = PROJECT_ROOT
+) -> tuple[float, int]:
     """Seconds until /api/health answers 200, and the process's memory (RSS bytes) then."""
     started = time.perf_counter()
     process = subprocess.Popen(
-        command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         while True:
@@ -55,53 +112,84 @@ def time_to_healthy(command: list[str], env: dict[str, str], port: int) -> tuple
         process.wait(30)
 
 
+def memory_steps(env: dict[str, str]) -> list[tuple[str, int, float]]:
+    """(step, RSS bytes, seconds the step took) from MEMORY_STEPS in a fresh process."""
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_STEPS],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"memory steps failed:\n{done.stderr[-2000:]}")
+    return [tuple(json.loads(line)) for line in done.stdout.splitlines() if line.startswith("[")]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--compare", type=Path, help="another checkout's folder: time its server too"
+    )
+    parser.add_argument("--no-models", action="store_true", help="skip the memory steps")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("DATABASE_URL", None)
-    rows = []
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    servers = {"": PROJECT_ROOT}
+    if args.compare:
+        servers[f" ({args.compare})"] = args.compare.resolve()
+    samples: dict[str, list[tuple[float, int]]] = {"bare FastAPI app (baseline)": []}
     with tempfile.TemporaryDirectory() as scratch:
-        data_dir = Path(scratch) / "data"
-        server_env = {**env, "APP_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1"}
-        baseline = []
-        for _ in range(args.runs):
+        server_env = {**env, "HF_HUB_OFFLINE": "1"}
+        for run in range(args.runs):
             port = free_port()
             code = BASELINE_APP.replace("{port}", str(port))
-            baseline.append(time_to_healthy([sys.executable, "-c", code], env, port))
-        first = []
-        later = []
-        for run in range(args.runs):
-            if run:
-                # a fresh data folder each time: initdb and migrations included
-                data_dir = Path(scratch) / f"data{run}"
-                server_env["APP_DATA_DIR"] = str(data_dir)
-            port = free_port()
-            first.append(
-                time_to_healthy(
-                    [sys.executable, "server.py"], {**server_env, "APP_PORT": str(port)}, port
-                )
+            samples["bare FastAPI app (baseline)"].append(
+                time_to_healthy([sys.executable, "-c", code], env, port)
             )
-            port = free_port()
-            later.append(
-                time_to_healthy(
-                    [sys.executable, "server.py"], {**server_env, "APP_PORT": str(port)}, port
-                )
-            )
-    base = statistics.median(s for s, _ in baseline)
-    for name, samples in (
-        ("bare FastAPI app (baseline)", baseline),
-        ("first start, empty data folder", first),
-        ("later start", later),
-    ):
-        seconds = statistics.median(s for s, _ in samples)
-        memory = statistics.median(m for _, m in samples) / 2**20
-        rows.append(f"| {name} | {seconds:.2f} s | {seconds / base:.1f}× | {memory:.0f} MiB |")
+            for number, (label, root) in enumerate(servers.items()):
+                # a fresh data folder each run: initdb and migrations included
+                server_env["APP_DATA_DIR"] = str(Path(scratch) / f"data{run}-{number}")
+                for kind in ("first start, empty data folder", "later start"):
+                    port = free_port()
+                    command = [sys.executable, str(root / "server.py")]
+                    timing = time_to_healthy(
+                        command, {**server_env, "APP_PORT": str(port)}, port, cwd=root
+                    )
+                    samples.setdefault(kind + label, []).append(timing)
+        steps = []
+        if not args.no_models:
+            model = default_model_path(load_settings(_env_file=None))
+            steps_env = {**server_env, "APP_DATA_DIR": str(Path(scratch) / "steps")}
+            if model.exists():
+                steps_env["LOCAL_MODEL_PATH"] = str(model)
+            steps = memory_steps(steps_env)
+
+    base = statistics.median(s for s, _ in samples["bare FastAPI app (baseline)"])
     print(f"Start-up, median of {args.runs} runs (command → healthy)\n")
     print("| what | time | vs baseline | memory (RSS) at healthy |")
     print("| --- | --- | --- | --- |")
-    print("\n".join(rows))
+    for name, timings in samples.items():
+        seconds = statistics.median(s for s, _ in timings)
+        memory = statistics.median(m for _, m in timings) / 2**20
+        print(f"| {name} | {seconds:.2f} s | {seconds / base:.1f}× | {memory:.0f} MiB |")
+    if steps:
+        print("\nMemory of one process doing what the server does, step by step (one run)\n")
+        print("| step | took | RSS after | added |")
+        print("| --- | ---: | ---: | ---: |")
+        previous = 0
+        for step, rss, seconds in steps:
+            print(
+                f"| {step} | {seconds:.1f} s | {rss / 2**20:.0f} MiB"
+                f" | {(rss - previous) / 2**20:+.0f} MiB |"
+            )
+            previous = rss
 
 
 if __name__ == "__main__":

@@ -30,14 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from evals.evidence_ranking import (
-    DEFAULT_DATA,
-    QueryCachingEmbedder,
-    Question,
-    Squad,
-    find_evidence,
-    load_squad,
-)
+from evals.datasets import SQUAD_FILE, Squad, load_squad
+from evals.datasets import SquadQuestion as Question
+from evals.evidence_ranking import QueryCachingEmbedder, find_evidence
 from rag import ranker
 from rag.embedder import Embedder
 from rag.md_chunker import Chunk, budget_for, chunk_pages
@@ -54,7 +49,9 @@ def bench_pages(squad: Squad) -> Squad:
     for title, text in squad.pages.items():
         cut = text.rfind("\n\n", 0, PAGE_CHARS)
         pages[title] = text[: cut if cut > 0 else PAGE_CHARS]
-    questions = [q for q in squad.questions if all(end <= len(pages[q.page]) for _, end in q.spans)]
+    questions = [
+        q for q in squad.answerable if all(end <= len(pages[q.page]) for _, end in q.spans)
+    ]
     return Squad(pages, questions)
 
 
@@ -208,7 +205,7 @@ class Attempt:
 async def run_bench(runs: int) -> None:
     embedder = Embedder()
     await embedder.load()
-    squad = bench_pages(load_squad(DEFAULT_DATA))
+    squad = bench_pages(load_squad(SQUAD_FILE))
     bench = Bench(embedder, squad, budget_for(embedder))
     step = max(1, len(squad.questions) // runs)
     queries = [q.question for q in squad.questions[::step][:runs]]

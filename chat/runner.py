@@ -71,9 +71,10 @@ async def start_turn(
         new_chat = await chat_store.create_chat(pool, title_from(content))
         chat_id = new_chat["chat_id"]
         log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
-    elif await chat_store.get_chat(pool, chat_id) is None:
-        raise ChatNotFound(f"No chat with id {chat_id}")
     if not await chat_store.claim_chat_run(pool, chat_id, run_id, RUN_LEASE_SECONDS):
+        # Claiming finds no row both when the chat is busy and when it does not exist.
+        if new_chat is None and await chat_store.get_chat(pool, chat_id) is None:
+            raise ChatNotFound(f"No chat with id {chat_id}")
         raise ChatBusy("A reply is still being written in this chat; wait for it or stop it.")
     try:
         message = await chat_store.add_message(pool, chat_id, "user", content)

@@ -23,17 +23,16 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_stream_writer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from chat.state import turn_of
 from chat.steps import step_event
 from core import memory_store
 from core.tracing import trace_metadata
 from rag.web_rag import (
-    CHUNKS_FOR_LOCAL_MODEL,
-    CHUNKS_KEPT,
     MAX_SEARCHES,
     WebSearchRound,
+    chunks_kept_for,
     no_more_searches_message,
 )
 
@@ -150,6 +149,9 @@ async def retrieve_memory(query: str, config: RunnableConfig) -> str:
     )
 
 
+MAX_CONTEXT_CHARS = 2000
+
+
 class WebSearchInput(BaseModel):
     query: str = Field(
         min_length=1,
@@ -158,12 +160,19 @@ class WebSearchInput(BaseModel):
     )
     context: str = Field(
         default="",
-        max_length=2000,
         description=(
             "Background the answer must respect: what the user is really asking, details from"
             " the conversation, and what earlier searches already tried or missed."
+            f" At most {MAX_CONTEXT_CHARS} characters."
         ),
     )
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _cut_long_context(cls, value: object) -> object:
+        # Too long a context is the model being wordy, not wrong: refusing the search for it
+        # would cost a whole model call (minutes on the local model) for nothing.
+        return value[:MAX_CONTEXT_CHARS] if isinstance(value, str) else value
 
 
 @tool("web_search", args_schema=WebSearchInput, response_format="content_and_artifact")
@@ -197,9 +206,7 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
         publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
         metadata=lambda name: trace_metadata(turn.trace_id, str(turn.chat_id), name),
         embedding_cache=turn.embedding_cache,
-        chunks_kept=CHUNKS_FOR_LOCAL_MODEL
-        if turn.services.model_plan.runs_locally("chat")
-        else CHUNKS_KEPT,
+        chunks_kept=chunks_kept_for(turn.services.model_plan),
     ).run()
     if result.answer is None:
         left = MAX_SEARCHES - len(turn.searches)

@@ -5,6 +5,10 @@ Given a connection, the work joins the caller's transaction and never commits it
 can commit (or roll back) together; a call that fails is undone back to a savepoint, leaving the
 caller's transaction usable. (With autocommit on, each call gets a transaction of its own.)
 
+Every function is one SQL statement, so given the pool it runs in autocommit: a single statement is
+a transaction of its own, and wrapping it in BEGIN and COMMIT would cost two more round trips to
+the server for nothing (`bench/turn.py` counts them).
+
 Rows come back as dicts keyed by column name; ids are `uuid.UUID`; `sources`, `steps` and
 `tool_calls` are the decoded JSON lists.
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -43,11 +47,18 @@ class ChatNotFound(LookupError):
 
 @asynccontextmanager
 async def _transaction(db: Db) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A connection inside a transaction: the pool's own, or a savepoint in the caller's."""
+    """Where to run one statement: a pooled connection in autocommit, or a savepoint in the
+    caller's transaction."""
     if isinstance(db, AsyncConnectionPool):
         async with db.connection() as conn:
-            # The pool commits when the block ends without error and rolls back otherwise.
-            yield conn
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                # Pooled connections are handed out in transaction mode (memory_store relies on
+                # it). A broken connection refuses the switch; the pool discards it anyway.
+                with suppress(psycopg.Error):
+                    await conn.set_autocommit(False)
     else:
         if not db.autocommit and db.info.transaction_status == pq.TransactionStatus.IDLE:
             # On an idle connection psycopg's transaction() would BEGIN and COMMIT on the
@@ -206,27 +217,30 @@ async def add_message(
     _check_choice(role, ROLES, "role")
     _check_choice(status, STATUSES, "status")
     try:
-        async with _transaction(db) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                "INSERT INTO messages"
-                " (chat_id, role, content, status, sources, steps, tool_calls, error)"
-                f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING {_MESSAGE_COLUMNS}",
-                (
-                    chat_id,
-                    role,
-                    content,
-                    status,
-                    Jsonb(sources or []),
-                    Jsonb(steps or []),
-                    Jsonb(tool_calls or []),
-                    error,
-                ),
-            )
-            message = await cur.fetchone()
-            await cur.execute("UPDATE chats SET updated_at = now() WHERE chat_id = %s", (chat_id,))
-    except psycopg.errors.ForeignKeyViolation:
+        # One statement: the chat is touched and the message added together, or neither (no chat).
+        message = await _fetch_one(
+            db,
+            "WITH chat AS (UPDATE chats SET updated_at = now() WHERE chat_id = %(chat)s"
+            " RETURNING chat_id)"
+            " INSERT INTO messages"
+            " (chat_id, role, content, status, sources, steps, tool_calls, error)"
+            " SELECT chat_id, %(role)s, %(content)s, %(status)s, %(sources)s, %(steps)s,"
+            f" %(tool_calls)s, %(error)s FROM chat RETURNING {_MESSAGE_COLUMNS}",
+            {
+                "chat": chat_id,
+                "role": role,
+                "content": content,
+                "status": status,
+                "sources": Jsonb(sources or []),
+                "steps": Jsonb(steps or []),
+                "tool_calls": Jsonb(tool_calls or []),
+                "error": error,
+            },
+        )
+    except psycopg.errors.ForeignKeyViolation:  # the chat was deleted meanwhile
         raise ChatNotFound(f"No chat {chat_id}") from None
-    assert message is not None
+    if message is None:
+        raise ChatNotFound(f"No chat {chat_id}")
     return message
 
 
@@ -274,6 +288,21 @@ async def list_messages(db: Db, chat_id: uuid.UUID) -> list[dict[str, Any]]:
         f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s ORDER BY sent_at, message_id",
         (chat_id,),
     )
+
+
+async def count_messages_upto(db: Db, chat_id: uuid.UUID, upto_message_id: uuid.UUID) -> int:
+    """How many messages of the chat were sent up to `upto_message_id`, it included (0 if it is not
+    a message of this chat), in the order of `list_messages`."""
+    row = await _fetch_one(
+        db,
+        "SELECT count(*) AS n FROM messages AS m"
+        " JOIN messages AS boundary"
+        "  ON boundary.message_id = %(upto)s AND boundary.chat_id = %(chat)s"
+        " WHERE m.chat_id = %(chat)s"
+        "  AND (m.sent_at, m.message_id) <= (boundary.sent_at, boundary.message_id)",
+        {"chat": chat_id, "upto": upto_message_id},
+    )
+    return int(row["n"]) if row else 0
 
 
 async def recent_messages(db: Db, chat_id: uuid.UUID, limit: int = 10) -> list[dict[str, Any]]:

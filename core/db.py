@@ -20,7 +20,9 @@ import math
 import os
 import re
 import threading
+import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,6 +312,29 @@ async def _configure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.commit()
 
 
+# A connection given back to the pool less than this long ago worked a moment ago: it is handed out
+# again without the check (a round trip) that catches connections that died while idle.
+CHECK_AFTER_IDLE_SECONDS = 1.0
+_returned_at: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _check_idle_connection(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check on checkout, skipped for a connection that was in use just now."""
+    returned = _returned_at.get(conn)
+    if returned is not None and time.monotonic() - returned < CHECK_AFTER_IDLE_SECONDS:
+        return
+    await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+
+
+async def _reset_connection(conn: psycopg.AsyncConnection[Any]) -> None:
+    """On return to the pool: note when, and leave it in transaction mode (the pool's default)."""
+    if conn.autocommit:
+        await conn.set_autocommit(False)
+    _returned_at[conn] = time.monotonic()
+
+
 class Database:
     """An open connection pool plus what is needed to close it cleanly."""
 
@@ -358,8 +383,11 @@ class Database:
                 open=False,
                 configure=_configure_connection,
                 # A pooled connection can die (server restart, idle timeout on a remote server);
-                # checking it on checkout costs one round trip and avoids a failed request.
-                check=psycopg_pool.AsyncConnectionPool.check_connection,
+                # checking it on checkout costs one round trip and avoids a failed request. Not
+                # for one given back within the last second: that was most of a chat turn's
+                # round trips, for connections that had just worked.
+                check=_check_idle_connection,
+                reset=_reset_connection,
                 kwargs={"connect_timeout": _libpq_timeout(timeout)},
                 timeout=timeout,
                 name="resolveai",

@@ -15,8 +15,8 @@ keeps the KV cache of the last prompt and only evaluates the new suffix; a `Llam
 the states of earlier prompts too, so a chat turn that follows a utility call (a different prompt
 that replaced the KV cache) still restores its conversation's prefix instead of re-reading it all.
 
-`python -m core.local_llm` measures load time, time to first token and tokens/s on a realistic
-two-turn conversation.
+`python -m bench.local_model` measures load time, time to first token and tokens/s of a first and a
+follow-up turn at the app's real prompt size.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ PROMPT_SLICE = 128
 
 @dataclass
 class GenerationStats:
-    """Figures of the last generation (for logs and `python -m core.local_llm`)."""
+    """Figures of the last generation (for logs and `python -m bench.local_model`)."""
 
     prompt_tokens: int
     reused_tokens: int  # prompt tokens restored from the KV/prompt cache instead of evaluated
@@ -511,115 +511,3 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-# --- `python -m core.local_llm`: measure this machine ----------------------------------------
-
-_BENCH_SYSTEM = (
-    "You are ResolveAI, a helpful, honest and concise assistant running on the user's own server. "
-    "You remember what the user told you in earlier conversations through saved memories, and "
-    "you can search the web when a question needs fresh or specific facts. Follow these rules. "
-    "Answer in the user's language, in plain words, and keep answers short unless the user asks "
-    "for detail. Use Markdown for lists, tables and code, and always name the language of a code "
-    "block. When you are not sure about a fact, say so instead of guessing, and offer to search. "
-    "Use the web_search tool for news, prices, versions, schedules, people and anything that may "
-    "have changed after your training; cite the pages you used with their titles and addresses. "
-    "Use the save_memory tool when the user shares a lasting preference or fact about themselves, "
-    "such as their name, job, projects, tools they use or how they like answers written; do not "
-    "save passing details, secrets, passwords or anything the user asks you to forget. Never "
-    "invent tool results: call the tool and wait for its answer. Do not call a tool when you can "
-    "answer from the conversation. When the user asks for code, give a complete, working example "
-    "with brief comments, point out edge cases and explain how to run it. When the user reports "
-    "an error, ask for the exact message and the command that produced it if they are missing, "
-    "then explain the likely cause first and the fix second. Be friendly but not chatty, avoid "
-    "filler phrases, and never pretend to have done something you did not do. If a request is "
-    "unsafe or against the law, decline briefly and suggest a safer alternative. Today the user "
-    "is working on a small Python web service and may ask about FastAPI, Postgres and testing."
-)
-_BENCH_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "web_search",
-            "description": "Search the web and return the most relevant pages with snippets.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "What to search for"},
-                    "max_results": {"type": "integer", "description": "At most this many pages"},
-                },
-                "required": ["query"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "save_memory",
-            "description": "Remember a lasting fact or preference about the user.",
-            "parameters": {
-                "type": "object",
-                "properties": {"content": {"type": "string", "description": "The fact to keep"}},
-                "required": ["content"],
-            },
-        },
-    },
-]
-
-
-async def _bench_turn(
-    provider: LocalLlamaProvider, label: str, messages: list[dict[str, Any]], **params: Any
-) -> str:
-    text = []
-    async for event in provider.generate("bench", messages, params):
-        if isinstance(event, TextDelta):
-            text.append(event.text)
-    stats = provider.last_stats
-    assert stats is not None
-    print(
-        f"{label}: {stats.prompt_tokens} prompt tokens ({stats.reused_tokens} reused), "
-        f"first token {stats.first_token_s:.2f} s, {stats.completion_tokens} tokens "
-        f"at {stats.tokens_per_s:.1f} tokens/s"
-    )
-    return "".join(text)
-
-
-async def _benchmark(settings: Settings) -> None:
-    started = time.monotonic()
-    path = ensure_local_model(settings)
-    print(f"weights ready: {path} in {time.monotonic() - started:.1f} s")
-    provider = LocalLlamaProvider(settings)
-    started = time.monotonic()
-    await provider.preload()
-    print(f"model loaded in {time.monotonic() - started:.1f} s ({provider.describe()})")
-    chat = [
-        {"role": "system", "content": _BENCH_SYSTEM},
-        {"role": "user", "content": "How do I read an environment variable in Python?"},
-        {
-            "role": "assistant",
-            "content": 'Use `os.environ`: `os.environ.get("NAME", "default")` returns the '
-            'value or the default, while `os.environ["NAME"]` raises `KeyError` if it is '
-            "not set.",
-        },
-        {"role": "user", "content": "And how do I give it a type, like an int with a default?"},
-    ]
-    options = {"tools": _BENCH_TOOLS, "max_tokens": 96, "temperature": 0.0}
-    reply = await _bench_turn(provider, "first turn", chat, **options)
-    utility = [
-        {"role": "system", "content": "Summarise the conversation in one sentence."},
-        {"role": "user", "content": "\n".join(str(m["content"]) for m in chat[1:])},
-    ]
-    await _bench_turn(provider, "utility call in between", utility, max_tokens=32)
-    chat += [
-        {"role": "assistant", "content": reply},
-        {"role": "user", "content": "Thanks. Can I do the same for a boolean flag?"},
-    ]
-    await _bench_turn(provider, "follow-up turn", chat, **options)
-    provider.close()
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from core.config import get_settings
-
-    asyncio.run(_benchmark(get_settings()))

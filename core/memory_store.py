@@ -57,6 +57,26 @@ RELEVANCE_FLOOR = 0.35
 # same-topic pairs and <= 1% of LoCoMo facts.
 DUPLICATE_SIMILARITY = 0.90
 
+# How many candidates the HNSW index gathers for a memory search (pgvector's hnsw.ef_search, default
+# 40; the rows returned are the best `limit` of them). Measured by `python -m bench.memory` (2,013
+# real LoCoMo/SQuAD memories topped up with vectors made from them, 200 questions, k = 5), share of
+# the exact top 5 found at 100k memories: 0.942 with 40, 0.986 with 100, 0.997 with 200; with the
+# harder `--derived noise` vectors 0.70 with 40 and 0.85 with 100. At 10k: 0.990 / 0.997. 100 costs
+# about half a millisecond more per search than 40 at 50k-100k rows; 200 doubles the index work
+# again for little gain. On a small table (a few thousand rows) the planner reads it all instead
+# (exact), whatever this says.
+EF_SEARCH = 100
+
+# Hybrid search: the CANDIDATES memories nearest in meaning (the HNSW index) and the CANDIDATES
+# best by shared words (Postgres full-text search, the GIN index of migration 0003), fused with
+# Reciprocal Rank Fusion (score = sum of 1 / (RRF_K + rank) over the two lists), then the relevance
+# floor, then the limit. Measured with `python -m evals memory-retrieval` (LoCoMo turns as
+# memories, 498 questions): the vectors alone find a question's evidence turns far less often than
+# plain keyword search (BM25), and fusing both beats either (see evals/RESULTS.md). The floor keeps
+# its meaning: a memory sharing a word with the query but not its meaning is still left out.
+CANDIDATES = 20
+RRF_K = 60  # the usual constant; the same as the web ranker's
+
 # Fixed key for the advisory lock around re-embedding ("ResolveM"); differs from the migration
 # lock in core/db.py.
 REEMBED_LOCK_KEY = 0x5265736F6C76654D
@@ -209,13 +229,53 @@ async def save_memory(
     return SaveResult(saved=True, memory=row)
 
 
-async def retrieve_memories(
-    pool: AsyncConnectionPool, embedder: QueryEmbedder, query: str, limit: int = 5
-) -> list[RetrievedMemory]:
-    """Up to `limit` memories closest in meaning to `query`, most similar first.
+def ef_search_sql(limit: int, ef_search: int = EF_SEARCH) -> str:
+    """The statement setting the HNSW search breadth for the current transaction (never below
+    `limit`: the index returns at most ef_search rows; pgvector allows up to 1000)."""
+    return f"SET LOCAL hnsw.ef_search = {min(max(int(limit), int(ef_search)), 1000)}"
 
-    Memories less similar than `RELEVANCE_FLOOR` are left out, so an unrelated query returns
-    nothing. ValueError if the query is empty or `limit` is below 1.
+
+# Any of the query's words (plainto_tsquery joins them with AND, which a question rarely meets).
+# Each CTE is a shape its index answers: ORDER BY `<=>` LIMIT (HNSW) and `@@` (GIN).
+HYBRID_SQL = f"""
+WITH query AS (
+    SELECT replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::tsquery AS words
+), by_meaning AS (
+    SELECT memory_id, row_number() OVER (ORDER BY distance) AS rank FROM (
+        SELECT memory_id, embedding <=> %(vector)s AS distance FROM memories
+        WHERE embed_model = %(model)s ORDER BY embedding <=> %(vector)s LIMIT %(candidates)s
+    ) nearest
+), by_words AS (
+    SELECT memory_id, row_number() OVER (ORDER BY score DESC, memory_id) AS rank FROM (
+        SELECT memory_id, ts_rank_cd(content_words, query.words) AS score FROM memories, query
+        WHERE content_words @@ query.words ORDER BY score DESC LIMIT %(candidates)s
+    ) matching
+), fused AS (
+    SELECT memory_id, sum(1.0 / (%(rrf_k)s + rank)) AS score
+    FROM (SELECT * FROM by_meaning UNION ALL SELECT * FROM by_words) ranks GROUP BY memory_id
+)
+SELECT {_MEMORY_COLUMNS}, embedding <=> %(vector)s AS distance
+FROM fused JOIN memories USING (memory_id)
+WHERE embedding <=> %(vector)s <= %(max_distance)s AND embed_model = %(model)s
+ORDER BY fused.score DESC, distance LIMIT %(limit)s
+"""
+
+
+async def retrieve_memories(
+    pool: AsyncConnectionPool,
+    embedder: QueryEmbedder,
+    query: str,
+    limit: int = 5,
+    ef_search: int = EF_SEARCH,
+) -> list[RetrievedMemory]:
+    """Up to `limit` memories most relevant to `query` (by meaning and shared words, see
+    `CANDIDATES`), best first.
+
+    Memories less similar in meaning than `RELEVANCE_FLOOR` are left out, so an unrelated query
+    returns nothing; the floor applies to the candidates the indexes return, so it never makes
+    them return fewer (the only other filter, the embedding model, matches every row after
+    start-up's re-embedding). `ef_search`: see `EF_SEARCH`. ValueError if the query is empty or
+    `limit` is below 1.
     """
     text = " ".join(query.split())
     if not text:
@@ -224,11 +284,24 @@ async def retrieve_memories(
         raise ValueError(f"limit must be at least 1, not {limit}")
     vector = _check_embedding(await embedder.embed_query(text))
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            NEAREST_SQL, {"vector": vector, "model": embedder.model_name, "limit": limit}
-        )
+        # Pipelined: BEGIN, the setting (for this transaction only), the search and COMMIT go to
+        # the server together instead of one round trip each.
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(ef_search_sql(max(limit, CANDIDATES), ef_search))
+            await cur.execute(
+                HYBRID_SQL,
+                {
+                    "text": text,
+                    "vector": vector,
+                    "model": embedder.model_name,
+                    "candidates": max(limit, CANDIDATES),
+                    "rrf_k": RRF_K,
+                    "max_distance": 1.0 - RELEVANCE_FLOOR,
+                    "limit": limit,
+                },
+            )
         rows = await cur.fetchall()
-    found = [
+    return [
         RetrievedMemory(
             memory_id=row["memory_id"],
             content=row["content"],
@@ -237,7 +310,6 @@ async def retrieve_memories(
         )
         for row in rows
     ]
-    return [memory for memory in found if memory.similarity >= RELEVANCE_FLOOR]
 
 
 async def reembed_stale_memories(pool: AsyncConnectionPool, embedder: Embedder) -> int:

@@ -121,3 +121,27 @@ def web_answer_request(
             f"</context>\n\n<question>\n{question}\n</question>",
         },
     ]
+
+
+# --- evals ---------------------------------------------------------------------------------------
+
+ANSWER_JUDGE_INSTRUCTIONS = """\
+You grade an assistant's answer to a question against the gold answer.
+The answer is correct if it states the same fact as the gold answer (other wording, more detail, \
+or a different but equivalent date format are fine). It is wrong if it contradicts the gold \
+answer, gives a different fact, or does not answer. When the gold answer is "(no answer)", the \
+question cannot be answered: the answer is correct only if it says it does not know or cannot \
+find it.
+Reply with JSON only, no other text: {"reason": "<one sentence>", "correct": "yes" or "no"}"""
+
+
+def answer_judge_request(question: str, gold: str | None, answer: str) -> list[dict[str, str]]:
+    """Messages for the evals' LLM judge (a `judge` deployment in MODELS_CONFIG)."""
+    return [
+        {"role": "system", "content": ANSWER_JUDGE_INSTRUCTIONS},
+        {
+            "role": "user",
+            "content": f"<question>\n{question}\n</question>\n\n<gold_answer>\n"
+            f"{gold or '(no answer)'}\n</gold_answer>\n\n<answer>\n{answer}\n</answer>",
+        },
+    ]

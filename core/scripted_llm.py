@@ -13,8 +13,10 @@ router, graph, database and embedder run above it. A turn is a dict:
 
 The model name `scripted/down` always fails without consuming a turn: a stand-in for a provider
 that is down, to exercise the Router's fallbacks. Turns come from `SCRIPTED_TURNS_FILE` (a JSON
-list) when the server starts, or from `push()` in in-process tests. Every call is recorded in
-`calls`.
+list) when the server starts, or from `push()` in in-process tests. When no turn is queued, a
+`responder` (if set) writes one from the call itself: `responder(model, messages)` returns a turn.
+Concurrent conversations (`bench/turn.py`) use it, as a shared queue would hand one chat's turn to
+another. Every call is recorded in `calls` (up to `MAX_RECORDED_CALLS`, the latest kept).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import asyncio
 import json
 import re
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,9 @@ from core.inprocess_provider import (
 )
 
 ScriptedTurn = dict[str, Any]
+Responder = Callable[[str, list[dict[str, Any]]], ScriptedTurn]
+
+MAX_RECORDED_CALLS = 1000  # a long benchmark must not keep every prompt it sent
 
 
 class ScriptedProvider(InProcessProvider):
@@ -46,6 +51,7 @@ class ScriptedProvider(InProcessProvider):
         super().__init__()
         self._turns: deque[ScriptedTurn] = deque()
         self.calls: list[dict[str, Any]] = []
+        self.responder: Responder | None = None
         if turns_file is not None:
             self.push(*json.loads(turns_file.read_text(encoding="utf-8")))
 
@@ -56,6 +62,7 @@ class ScriptedProvider(InProcessProvider):
     def reset(self) -> None:
         self._turns.clear()
         self.calls.clear()
+        self.responder = None
 
     @property
     def remaining(self) -> int:
@@ -64,12 +71,24 @@ class ScriptedProvider(InProcessProvider):
     async def generate(
         self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
     ) -> AsyncIterator[ProviderEvent]:
-        self.calls.append({"model": model, "messages": messages, "tools": params.get("tools")})
+        self.calls.append(
+            {
+                "model": model,
+                "messages": messages,
+                "tools": params.get("tools"),
+                "max_tokens": params.get("max_tokens"),
+            }
+        )
+        if len(self.calls) > MAX_RECORDED_CALLS:
+            del self.calls[: len(self.calls) - MAX_RECORDED_CALLS]
         if model == "down":
             raise ProviderFailure("scripted provider 'down' is unavailable")
-        if not self._turns:
+        if self._turns:
+            turn = self._turns.popleft()
+        elif self.responder is not None:
+            turn = self.responder(model, messages)
+        else:
             raise ProviderFailure("scripted provider has no turn left", status_code=500)
-        turn = self._turns.popleft()
         pieces = turn.get("chunks") or re.findall(r"\S+\s*|\s+", turn.get("text", ""))
         if "error" in turn and not pieces:
             raise ProviderFailure(str(turn["error"]))

@@ -1,13 +1,14 @@
 """What the server opens at start-up and closes at shutdown, in one place.
 
-`open_services(settings)` starts (or connects to) the database and migrates it, loads the embedder,
-re-embeds memories made by another embedding model, builds the model router and switches optional
-features on or off, logging one plain line for each. Tests, evals and benchmarks open the same
-stack.
+`open_services(settings)` starts (or connects to) the database and migrates it while the embedder
+loads, re-embeds memories made by another embedding model, builds the model router and switches
+optional features on or off, logging one plain line for each. Tests, evals and benchmarks open the
+same stack.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -65,11 +66,22 @@ def _local_model_state(provider: object | None) -> str:
 async def open_services(settings: Settings) -> Services:
     started = time.perf_counter()
     log.info("Starting ResolveAI (data folder: %s)", settings.app_data_dir)
-    database = await Database.open(settings)
+    # The embedder loads (mostly importing torch and sentence-transformers) in its worker thread
+    # while the database starts: Postgres is another process, so the two overlap even on a busy
+    # CPU (python -m bench.startup measures it).
+    embedder = Embedder(settings.embed_model_name)
+    loading = asyncio.ensure_future(embedder.load())
+    try:
+        database = await Database.open(settings)
+    except BaseException:
+        # The database's error is the one to report; the load can't be interrupted mid-import,
+        # so let it finish (or fail) quietly before giving the thread back.
+        await asyncio.gather(loading, return_exceptions=True)
+        embedder.close()
+        raise
     log.info("Database: %s", database.description)
     try:
-        embedder = Embedder(settings.embed_model_name)
-        await embedder.load()
+        await loading
         log.info("Embedder: %s, loaded in %.1f s", embedder.describe(), embedder.load_seconds or 0)
         reembedded = await reembed_stale_memories(database.pool, embedder)
         if reembedded:
@@ -86,6 +98,8 @@ async def open_services(settings: Settings) -> Services:
         log.info("Web search: %s", features["web_search"])
         log.info("Tracing: %s", features["tracing"])
     except BaseException:
+        await asyncio.gather(loading, return_exceptions=True)
+        embedder.close()
         await database.close()
         raise
     log.info("Start-up took %.1f s", time.perf_counter() - started)

@@ -1,6 +1,6 @@
-"""How well a search round's chunks are ranked: dense-only against hybrid (BM25 + dense, RRF).
+"""Suite `evidence-ranking`: where the chunk holding a SQuAD answer lands in a search round.
 
-    python -m evals.evidence_ranking [--data PATH] [--limit N] [--budget N]
+    python -m evals evidence-ranking [--data PATH] [--limit N] [--budget N]
 
 Data: the SQuAD 2.0 pages (../shared/evaldata/squad/pages.json, CC BY-SA 4.0, read in place, never
 copied; EVALDATA_DIR overrides the folder, --data the file). The five pages are chunked with
@@ -20,33 +20,26 @@ Metrics: recall@k (share of questions with a relevant chunk in the top k) and MR
 of the first relevant chunk, 0 if none is ranked). Also: chunk count and size statistics, and the
 share of answer spans that no chunk holds (what cleaning and merging threw away).
 
-Writes evals/results/evidence_ranking.json. Takes about two minutes on a laptop CPU.
+Rows: the default (hybrid: BM25 prefilter, then dense, fused with RRF) and the alternatives it was
+chosen over, all in the same run. Takes about two minutes on a laptop CPU; no language model.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import os
 import re
-import sys
-import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from evals.datasets import SQUAD_FILE, Squad, SquadQuestion, load_squad, sample
+from evals.report import Report, Table
 from rag import ranker
 from rag.embedder import Embedder
 from rag.md_chunker import Chunk, budget_for, chunk_pages
-from rag.search_providers import SearchResult
 
-ROOT = Path(__file__).resolve().parent.parent
-EVALDATA = Path(os.environ.get("EVALDATA_DIR", ROOT.parent / "shared" / "evaldata"))
-DEFAULT_DATA = EVALDATA / "squad" / "pages.json"
-RESULTS_FILE = ROOT / "evals" / "results" / "evidence_ranking.json"
+DEFAULT_DATA = SQUAD_FILE
 
 MAX_GAP_CHARS = 250
 AT_BUDGET = 0.95  # a chunk "at the budget" uses at least this share of it
@@ -55,56 +48,6 @@ KS = (5, 20)
 _FRAGMENT_SPLIT = re.compile(r"\n+|(?<=[.!?])\s+")
 _WHITESPACE = re.compile(r"\s+")
 _SECTION_MARKER = re.compile(r"^\[Section: [^\]]*\]$")
-
-
-# --- data ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Question:
-    id: str
-    page: str
-    question: str
-    answers: list[str]
-    spans: list[tuple[int, int]]  # (start, end) in the page's Markdown
-
-
-@dataclass
-class Squad:
-    pages: dict[str, str]  # title → Markdown
-    questions: list[Question]  # answerable ones only
-
-    def results(self) -> list[SearchResult]:
-        """The pages as a search would return them (Wikipedia URLs)."""
-        return [
-            SearchResult(f"https://en.wikipedia.org/wiki/{title.replace(' ', '_')}", title, text)
-            for title, text in self.pages.items()
-        ]
-
-
-def load_squad(path: Path = DEFAULT_DATA) -> Squad:
-    data = json.loads(path.read_text("utf-8"))
-    pages = {p["title"]: p["markdown"] for p in data["pages"]}
-    questions = [
-        Question(
-            q["id"],
-            q["page"],
-            q["question"],
-            q["answers"],
-            [(start, start + length) for start, length in q["answer_spans"]],
-        )
-        for q in data["questions"]
-        if q["answerable"]
-    ]
-    return Squad(pages, questions)
-
-
-def sample(questions: list[Question], limit: int | None) -> list[Question]:
-    """`limit` questions spread evenly over the file (all pages), or all of them."""
-    if not limit or limit >= len(questions):
-        return questions
-    picks = np.linspace(0, len(questions) - 1, limit).round().astype(int)
-    return [questions[i] for i in sorted(set(picks))]
 
 
 # --- mapping chunks back to the page ---------------------------------------------------------
@@ -162,7 +105,7 @@ class Evidence:
     by_text: dict[str, set[int]]
 
 
-def find_evidence(squad: Squad, questions: list[Question], chunks: list[Chunk]) -> Evidence:
+def find_evidence(squad: Squad, questions: list[SquadQuestion], chunks: list[Chunk]) -> Evidence:
     pages = {title: NormalizedPage(text) for title, text in squad.pages.items()}
     titles = list(squad.pages)
     intervals = [chunk_intervals(c, pages[titles[c.source_index]]) for c in chunks]
@@ -228,7 +171,7 @@ class QueryCachingEmbedder:
 
 async def score_method(
     name: str,
-    questions: list[Question],
+    questions: list[SquadQuestion],
     chunks: list[Chunk],
     evidence: Evidence,
     embedder: QueryCachingEmbedder,
@@ -296,7 +239,7 @@ def chunk_statistics(chunks: list[Chunk], budget: int) -> dict[str, float]:
     }
 
 
-def spans_kept(questions: list[Question], evidence: Evidence) -> float:
+def spans_kept(questions: list[SquadQuestion], evidence: Evidence) -> float:
     return sum(bool(evidence.by_span[q.id]) for q in questions) / len(questions)
 
 
@@ -318,7 +261,7 @@ METHODS: list[tuple[str, dict[str, Any]]] = [
 
 
 async def evaluate(
-    embedder: Embedder, squad: Squad, questions: list[Question], budget: int
+    embedder: Embedder, squad: Squad, questions: list[SquadQuestion], budget: int
 ) -> dict[str, Any]:
     chunks = chunk_pages(squad.results(), embedder.count_tokens, budget)
     evidence = find_evidence(squad, questions, chunks)
@@ -336,77 +279,71 @@ async def evaluate(
     }
 
 
-def print_table(result: dict[str, Any]) -> None:
-    stats = result["chunk_statistics"]
-    print(
-        f"\n### Budget {result['budget']} tokens: {stats['chunks']} chunks, median"
-        f" {stats['median_tokens']:.0f} tokens, {stats['share_at_budget']:.0%} at the budget"
-        f" (≥ {AT_BUDGET:.0%}), answer spans kept {result['answer_spans_kept']:.1%}\n"
-    )
-    print(
-        "| method | recall@5 | recall@20 | MRR | recall@20 (answer text) | chunks embedded"
-        " | chunk count | share at budget |\n|---|---:|---:|---:|---:|---:|---:|---:|"
-    )
-    for row in result["methods"]:
-        print(
-            f"| {row['method']} | {row['recall_at_5']:.3f} | {row['recall_at_20']:.3f}"
-            f" | {row['mrr']:.3f} | {row['recall_at_20_answer_text']:.3f}"
-            f" | {row['embedded_per_question']:.0f} | {stats['chunks']}"
-            f" | {stats['share_at_budget']:.0%} |"
+def tables(results: dict[str, Any]) -> list[Table]:
+    out = []
+    for result in results["budgets"]:
+        stats = result["chunk_statistics"]
+        table = Table(
+            f"Evidence ranking: {results['questions']} answerable SQuAD questions, chunk budget"
+            f" {result['budget']} tokens: {stats['chunks']} chunks (median"
+            f" {stats['median_tokens']:.0f} tokens, {stats['share_at_budget']:.0%} at the budget),"
+            f" answer spans kept {result['answer_spans_kept']:.1%}",
+            [
+                "method",
+                "recall@5",
+                "recall@20",
+                "MRR",
+                "recall@20 (answer text)",
+                "chunks embedded",
+            ],
         )
+        for row in result["methods"]:
+            table.rows.append(
+                [
+                    row["method"],
+                    row["recall_at_5"],
+                    row["recall_at_20"],
+                    row["mrr"],
+                    row["recall_at_20_answer_text"],
+                    f"{row['embedded_per_question']:.0f}",
+                ]
+            )
+        out.append(table)
+    return out
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--limit", type=int, default=None, help="questions (evenly spread)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget", type=int, action="append", help="chunk budget(s); default: the model's"
     )
-    args = parser.parse_args()
-    if not args.data.exists():
-        print(f"No evaluation data at {args.data} (set EVALDATA_DIR or --data)", file=sys.stderr)
-        return 1
+
+
+async def run(args: argparse.Namespace) -> Report:
     embedder = Embedder()
     await embedder.load()
-    started = time.perf_counter()
     try:
         squad = load_squad(args.data)
-        questions = sample(squad.questions, args.limit)
+        questions = sample(squad.answerable, args.limit)
         budgets = args.budget or [budget_for(embedder)]
-        print(
-            f"Evidence ranking on {args.data.name}: {len(squad.pages)} pages,"
-            f" {len(questions)} answerable questions, chunks of all pages ranked per question."
-            f" Default method: {ranker.DEFAULT_METHOD}, BM25 prefilter"
-            f" {ranker.DENSE_CANDIDATES}, RRF k={ranker.RRF_K}."
-        )
-        results = []
-        for budget in budgets:
-            result = await evaluate(embedder, squad, questions, budget)
-            print_table(result)
-            results.append(result)
+        results = {
+            "questions": len(questions),
+            "pages": len(squad.pages),
+            "default_method": ranker.DEFAULT_METHOD,
+            "dense_candidates": ranker.DENSE_CANDIDATES,
+            "rrf_k": ranker.RRF_K,
+            "budgets": [await evaluate(embedder, squad, questions, budget) for budget in budgets],
+        }
     finally:
         embedder.close()
-    RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS_FILE.write_text(
-        json.dumps(
-            {
-                "data": str(args.data),
-                "questions": len(questions),
-                "model": embedder.describe(),
-                "default_method": ranker.DEFAULT_METHOD,
-                "dense_candidates": ranker.DENSE_CANDIDATES,
-                "rrf_k": ranker.RRF_K,
-                "results": results,
-                "seconds": round(time.perf_counter() - started, 1),
-            },
-            indent=2,
-        )
-        + "\n"
+    return Report(
+        "evidence-ranking",
+        args.data,
+        tables(results),
+        results,
+        {"embedder": embedder.describe()},
+        [
+            f"Default: {ranker.DEFAULT_METHOD}, BM25 prefilter {ranker.DENSE_CANDIDATES},"
+            f" RRF k={ranker.RRF_K}. The chunks of all {len(squad.pages)} pages are ranked for"
+            " every question, as if one search had returned them all.",
+        ],
     )
-    print(f"\nWritten to {RESULTS_FILE.relative_to(ROOT)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))

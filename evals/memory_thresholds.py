@@ -35,16 +35,14 @@ import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from core import memory_store
+from evals import datasets
 from rag.embedder import Embedder
 
-ROOT = Path(__file__).resolve().parent.parent
-EVALDATA = Path(os.environ.get("EVALDATA_DIR", ROOT.parent / "shared" / "evaldata"))
-PAIRS_FILE = ROOT / "tests" / "data" / "memory_pairs.json"
+PAIRS_FILE = datasets.ROOT / "tests" / "data" / "memory_pairs.json"
 
 TOP_K = 5  # retrieve_memories' default limit
 ANSWERABLE_CATEGORIES = {1, 2, 3, 4}  # 5 is adversarial: no evidence in the conversation
@@ -90,29 +88,29 @@ class HandWritten:
 
 
 def load_locomo() -> list[Conversation]:
-    data = json.loads((EVALDATA / "locomo" / "conversations.json").read_text("utf-8"))
     conversations = []
-    for raw in data["conversations"]:
-        ids, texts = [], []
-        for session in raw["sessions"]:
-            for turn in session["turns"]:
-                ids.append(turn["id"])
-                texts.append(f"{turn['speaker']}: {turn['text']}")
+    for raw in datasets.load_locomo(datasets.LOCOMO_FILE):
+        turns = [turn for session in raw.sessions for turn in session.turns]
+        ids = [turn.id for turn in turns]
         known = set(ids)
         questions = [
-            (q["question"], [e for e in q["evidence"] if e in known])
-            for q in raw["questions"]
-            if q["category"] in ANSWERABLE_CATEGORIES
+            (q.question, [e for e in q.evidence if e in known])
+            for q in raw.questions
+            if q.category in ANSWERABLE_CATEGORIES
         ]
         conversations.append(
-            Conversation(raw["sample_id"], ids, texts, [q for q in questions if q[1]])
+            Conversation(
+                raw.sample_id,
+                ids,
+                [f"{turn.speaker}: {turn.text}" for turn in turns],
+                [q for q in questions if q[1]],
+            )
         )
     return conversations
 
 
 def load_squad_questions() -> list[str]:
-    data = json.loads((EVALDATA / "squad" / "pages.json").read_text("utf-8"))
-    return [q["question"] for q in data["questions"]]
+    return [q.question for q in datasets.load_squad(datasets.SQUAD_FILE).questions]
 
 
 def load_hand_written() -> HandWritten:
@@ -410,8 +408,8 @@ def report_duplicates(data: DuplicateData, own: HandWritten) -> float:
 
 
 async def main() -> int:
-    if not (EVALDATA / "locomo" / "conversations.json").exists():
-        print(f"No evaluation data in {EVALDATA} (set EVALDATA_DIR)", file=sys.stderr)
+    if not datasets.LOCOMO_FILE.exists():
+        print(f"No evaluation data in {datasets.EVALDATA} (set EVALDATA_DIR)", file=sys.stderr)
         return 1
     embedder = Embedder()
     await embedder.load()

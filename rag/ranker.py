@@ -2,7 +2,7 @@
 
 Default: hybrid ranking, BM25 and dense (cosine similarity of the embedder's normalized vectors)
 fused with Reciprocal Rank Fusion (score = Σ 1 / (RRF_K + rank) over the two rankings). Measured on
-the SQuAD pages (`python -m evals.evidence_ranking`: 872 questions, the 194 chunks of all five pages
+the SQuAD pages (`python -m evals evidence-ranking`: 872 questions, the 194 chunks of all five pages
 ranked per question), hybrid beats dense-only on every measure: recall@5 0.979 against 0.913,
 recall@20 0.993 against 0.991, MRR 0.884 against 0.781. (BM25 alone does well on SQuAD, whose
 questions were written from the paragraphs and share their words; dense keeps paraphrased queries

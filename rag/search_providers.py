@@ -144,6 +144,9 @@ class BM25Scorer:
     def __init__(self, texts: Sequence[str]) -> None:
         import bm25s  # imported here: only search rounds need it
 
+        # bm25s sets its own logger to DEBUG on import and narrates every index it builds.
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+
         self.size = len(texts)
         self._index = bm25s.BM25()
         if texts:

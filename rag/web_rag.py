@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.prompts import source_blocks, web_answer_request
 from rag.chunk_judge import check_evidence
@@ -21,6 +21,9 @@ from rag.citations import CitationNormalizer
 from rag.md_chunker import budget_for, chunk_pages
 from rag.ranker import rank_chunks
 from rag.search_providers import SearchProvider
+
+if TYPE_CHECKING:
+    from core.llm_router import ModelPlan
 
 log = logging.getLogger("resolveai.web")
 
@@ -30,6 +33,11 @@ CHUNKS_KEPT = 20
 # The in-process model reads ~40 prompt tokens/s on 2 cores: 20 chunks (~5,000 tokens) would take
 # minutes per check and per answer, so it reads only the best few.
 CHUNKS_FOR_LOCAL_MODEL = 6
+
+
+def chunks_kept_for(model_plan: ModelPlan) -> int:
+    """How many of the best chunks the models read: fewer when the chat model runs in-process."""
+    return CHUNKS_FOR_LOCAL_MODEL if model_plan.runs_locally("chat") else CHUNKS_KEPT
 
 
 @dataclass
@@ -91,8 +99,7 @@ class WebSearchRound:
             self.query, chunks, self.embedder, top_k=self.chunks_kept, cache=self.embedding_cache
         )
         ranked_at = time.monotonic()
-        sources = _number_sources([r.chunk for r in ranked])
-        blocks = source_blocks([(s.n, s.title, s.texts) for s in sources])
+        sources, blocks = numbered_sources([r.chunk for r in ranked])
         log.info(
             "Web: search %d: %d pages, %d chunks, top %d from %d sources"
             " (search %.2f s, chunking %.2f s, ranking %.2f s)",
@@ -145,15 +152,17 @@ class WebSearchRound:
         return "".join(shown).strip()
 
 
-def _number_sources(chunks: list[Any]) -> list[Source]:
-    """Sources numbered by their best chunk's rank; each keeps its chunks in rank order."""
+def numbered_sources(chunks: list[Any]) -> tuple[list[Source], str]:
+    """The ranked chunks as sources numbered by their best chunk's rank (each keeps its chunks in
+    rank order), and the delimited source blocks the models read."""
     by_url: dict[str, Source] = {}
     for chunk in chunks:
         source = by_url.get(chunk.url)
         if source is None:
             source = by_url[chunk.url] = Source(len(by_url) + 1, chunk.title, chunk.url)
         source.texts.append(chunk.text)
-    return list(by_url.values())
+    sources = list(by_url.values())
+    return sources, source_blocks([(s.n, s.title, s.texts) for s in sources])
 
 
 def no_more_searches_message() -> str:

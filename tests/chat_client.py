@@ -8,12 +8,15 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
 
-from core.services import Services
+if TYPE_CHECKING:  # bench/turn_client.py imports this module and nothing else of the app
+    from fastapi import FastAPI
+
+    from core.services import Services
 
 
 def free_port() -> int:
@@ -27,10 +30,15 @@ async def serve(services: Services) -> AsyncIterator[str]:
     """Run the real app on a free loopback port with `services`; yields its base URL."""
     from server import create_app
 
+    async with serve_app(create_app(services=services)) as url:
+        yield url
+
+
+@asynccontextmanager
+async def serve_app(app: FastAPI) -> AsyncIterator[str]:
+    """Run `app` on a free loopback port in this event loop; yields its base URL."""
     port = free_port()
-    config = uvicorn.Config(
-        create_app(services=services), host="127.0.0.1", port=port, log_config=None
-    )
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:

@@ -20,7 +20,8 @@ def test_no_keys_means_every_role_runs_locally() -> None:
     plan = plan_models(load_settings(_env_file=None))
     assert plan.deployments("chat") == [LOCAL]
     assert plan.deployments("utility") == [LOCAL]
-    assert len(plan.left_out) == 3
+    assert len(plan.left_out) == 4  # groq, openrouter, gemini (utility) and the evals' judge
+    assert plan.deployments("judge") == []
     assert plan.runs_locally("chat") and plan.runs_locally("utility")
     assert all("groq" not in d["litellm_params"]["model"] for d in plan.model_list)
 
@@ -35,7 +36,8 @@ def test_all_keys_give_hosted_models_with_fallbacks() -> None:
     assert plan.deployments("utility") == ["gemini/gemini-2.5-flash-lite"]
     assert plan.fallbacks_of("utility") == ["chat", "chat-openrouter", "local"]
     keys = {d["model_name"]: d["litellm_params"].get("api_key") for d in plan.model_list}
-    assert keys["chat"] == "g" and keys["utility"] == "m"
+    assert keys["chat"] == "g" and keys["utility"] == "m" and keys["judge"] == "m"
+    assert plan.fallbacks_of("judge") == []  # a judge never falls back to a weaker model
     assert plan.left_out == []
     assert not plan.runs_locally("chat")
 

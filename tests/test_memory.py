@@ -199,7 +199,7 @@ async def test_concurrent_saves_of_one_fact_store_one_row(
     assert await count_memories(memory_pool) == 1
 
 
-async def test_retrieval_returns_the_closest_five_best_first(
+async def test_retrieval_returns_the_five_most_relevant_best_first(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
     await save_all(memory_pool, embedder, [*PETS, *OTHER_FACTS])
@@ -208,37 +208,74 @@ async def test_retrieval_returns_the_closest_five_best_first(
     found = await memory_store.retrieve_memories(memory_pool, embedder, query)
 
     assert len(found) == 5
-    similarities = [m.similarity for m in found]
-    assert similarities == sorted(similarities, reverse=True)
-    # The same five the model itself ranks highest, with the same similarities.
+    assert {m.content for m in found} <= set(PETS)  # nothing about work, piano or tea
+    # Fused ranking (meaning and words), so not in order of similarity; the closest in meaning
+    # is among them.
     facts = [*PETS, *OTHER_FACTS]
     expected = (await embedder.embed_documents(facts)) @ await embedder.embed_query(query)
-    best = np.argsort(-expected)[:5]
-    assert [m.content for m in found] == [facts[i] for i in best]
-    np.testing.assert_allclose(similarities, expected[best], atol=1e-4)
+    assert facts[int(np.argmax(expected))] in {m.content for m in found}
+    for memory in found:  # each similarity is the model's cosine similarity
+        assert memory.similarity == pytest.approx(
+            float(expected[facts.index(memory.content)]), abs=1e-4
+        )
 
     two = await memory_store.retrieve_memories(memory_pool, embedder, query, limit=2)
     assert [m.content for m in two] == [m.content for m in found[:2]]
 
 
-async def test_nearest_query_uses_the_hnsw_index(
+async def test_a_shared_rare_word_lifts_a_memory_the_vectors_rank_low(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    name = "The user's neighbour Okonkwo waters the plants."
+    await save_all(memory_pool, embedder, [*PETS, *OTHER_FACTS, name])
+    query = "What pets does Okonkwo know I have?"
+    facts = [*PETS, *OTHER_FACTS, name]
+    similarity = (await embedder.embed_documents(facts)) @ await embedder.embed_query(query)
+    by_meaning = [facts[i] for i in np.argsort(-similarity)]
+    assert by_meaning.index(name) >= 2, "not a test of the word half: the vectors find it"
+
+    found = await memory_store.retrieve_memories(memory_pool, embedder, query, limit=2)
+
+    assert name in [m.content for m in found]
+
+
+async def test_unrelated_words_alone_do_not_pass_the_floor(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    await save_all(memory_pool, embedder, OTHER_FACTS)
+    # Shares "piano" with a memory, but means something else entirely.
+    found = await memory_store.retrieve_memories(
+        memory_pool, embedder, "Steinway piano factory tour schedule in Hamburg"
+    )
+    assert all(m.similarity >= memory_store.RELEVANCE_FLOOR for m in found)
+
+
+async def test_hybrid_search_uses_both_indexes(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
     await save_all(memory_pool, embedder, OTHER_FACTS)
     vector = await embedder.embed_query("pets")
     async with memory_pool.connection() as conn, conn.transaction():
         # On a table this small the planner rightly prefers reading it all and sorting (it picks
-        # the HNSW index by itself from a few thousand rows). Forbid scans and sorts to see that
-        # the query *can* be answered in order by the index: ordering by `1 - distance`, say,
-        # could not, and would need a sort.
-        for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+        # the indexes by itself from a few thousand rows). Forbid scans and sorts to see that
+        # each half *can* be answered by its index: ordering by `1 - distance`, say, could not.
+        for setting in ("enable_seqscan", "enable_sort"):
             await conn.execute(f"SET LOCAL {setting} = off")
         cursor = await conn.execute(
-            "EXPLAIN " + memory_store.NEAREST_SQL,
-            {"vector": vector, "model": embedder.model_name, "limit": 5},
+            "EXPLAIN " + memory_store.HYBRID_SQL,
+            {
+                "text": "pets at home",
+                "vector": vector,
+                "model": embedder.model_name,
+                "candidates": 20,
+                "rrf_k": 60,
+                "max_distance": 0.65,
+                "limit": 5,
+            },
         )
         plan = "\n".join(row[0] for row in await cursor.fetchall())
     assert "memories_embedding_idx" in plan, plan
+    assert "memories_content_words_idx" in plan, plan
 
 
 async def test_save_keeps_the_source_only_if_it_exists(

@@ -3,24 +3,21 @@ cache, the BM25 prefilter and the edge cases."""
 
 from __future__ import annotations
 
-import os
 from itertools import pairwise
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core.config import PROJECT_ROOT
-from evals.evidence_ranking import QueryCachingEmbedder, find_evidence, load_squad, sample
+from evals.datasets import SQUAD_FILE, load_squad, sample
+from evals.evidence_ranking import QueryCachingEmbedder, find_evidence
 from rag import ranker
 from rag.embedder import Embedder
 from rag.md_chunker import Chunk, budget_for, chunk_pages
 from rag.ranker import rank_chunks
 
-EVALDATA = Path(os.environ.get("EVALDATA_DIR", PROJECT_ROOT.parent / "shared" / "evaldata"))
-SQUAD = EVALDATA / "squad" / "pages.json"
+SQUAD = SQUAD_FILE
 QUESTIONS = 200  # evenly spread over the five pages; all 872 take a few minutes
-# Measured with `python -m evals.evidence_ranking` (default: hybrid, BM25 prefilter 20): recall@20
+# Measured with `python -m evals evidence-ranking` (default: hybrid, BM25 prefilter 20): recall@20
 # 0.993 and recall@5 0.979 on all 872 answerable questions; `--limit 200` (these 200): 0.985 and
 # 0.970, dense-only 0.985 and 0.895. The floors leave a margin of 1.5 to 3 points (3 to 6
 # questions) for model and library drift; a broken chunker, mapping or fusion falls far below.
@@ -57,7 +54,7 @@ async def recall(
     embedder: QueryCachingEmbedder, method: ranker.Method, cache: dict[str, np.ndarray]
 ) -> tuple[float, float]:
     squad = load_squad(SQUAD)
-    questions = sample(squad.questions, QUESTIONS)
+    questions = sample(squad.answerable, QUESTIONS)
     chunks = chunk_pages(squad.results(), embedder.embedder.count_tokens, DEFAULT_BUDGET)
     evidence = find_evidence(squad, questions, chunks)
     index = {id(c): i for i, c in enumerate(chunks)}

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from chat.nodes import FORCED_SEARCH_MAX_TOKENS
+from chat.tools import MAX_CONTEXT_CHARS, WebSearchInput
 from core.config import PROJECT_ROOT, Settings
 from core.prompts import UNTRUSTED_SOURCES_RULE
 from core.services import Services, open_services
@@ -172,10 +174,17 @@ async def test_use_web_forces_a_search_and_keeps_the_note(client, model) -> None
     first = model.calls[0]
     assert first["messages"][-1]["content"].endswith("<note>use web tool to answer</note>")
     assert "web_search" in [t["function"]["name"] for t in first["tools"]]
+    assert first["max_tokens"] == FORCED_SEARCH_MAX_TOKENS  # a tool call, not an essay
+    assert model.calls[2]["max_tokens"] != FORCED_SEARCH_MAX_TOKENS
     assert any(
         s.startswith("Searching the web for “What is packet switching?”") for s in steps(events)
     )
     assert answer_text(events).endswith("Packet switching groups data into packets [1].")
+
+
+def test_a_wordy_search_context_is_cut_not_refused() -> None:
+    arguments = WebSearchInput(query="packet switching", context="background " * 500)
+    assert len(arguments.context) == MAX_CONTEXT_CHARS
 
 
 async def test_page_text_reaches_models_only_inside_source_blocks(client, model) -> None:

@@ -1,0 +1,60 @@
+"""Send one message through the real chat flow (runner + graph) in-process, as the server does
+for POST /api/messages, and collect what the user would see: the saved reply, its sources, the
+tool calls, the steps and the time taken."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from chat.runner import start_turn, stream_turn
+from core import chat_store
+from core.services import Services
+
+
+@dataclass
+class Exchange:
+    chat_id: uuid.UUID
+    reply: str  # as saved (what a reload shows)
+    status: str  # the saved message's status, or "error"
+    error: str | None
+    sources: list[dict[str, Any]]
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # tool_start events
+    seconds: float = 0.0
+
+    def calls_of(self, tool: str) -> list[dict[str, Any]]:
+        return [call for call in self.tool_calls if call.get("name") == tool]
+
+
+async def ask(
+    services: Services, content: str, chat_id: uuid.UUID | None = None, use_web: bool = False
+) -> Exchange:
+    """One user message and its whole reply (the summary update after `done` included)."""
+    started = time.perf_counter()
+    turn = await start_turn(services, chat_id, content, use_web)
+    tool_calls: list[dict[str, Any]] = []
+    message_id: str | None = None
+    error: str | None = None
+    async for event in stream_turn(turn):
+        if event["type"] == "tool_start":
+            tool_calls.append(event)
+        elif event["type"] == "done":
+            message_id = event["message_id"]
+        elif event["type"] == "error":
+            error = event["message"]
+    seconds = time.perf_counter() - started
+    saved = None
+    if message_id is not None:
+        messages = await chat_store.list_messages(services.database.pool, turn.context.chat_id)
+        saved = next((m for m in messages if str(m["message_id"]) == message_id), None)
+    return Exchange(
+        chat_id=turn.context.chat_id,
+        reply=saved["content"] if saved else "",
+        status=saved["status"] if saved else "error",
+        error=error,
+        sources=list(saved["sources"]) if saved else [],
+        tool_calls=tool_calls,
+        seconds=seconds,
+    )

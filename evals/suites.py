@@ -1,0 +1,25 @@
+"""The eval suites by name, in the order RESULTS.md lists them: module and one-line description
+(a suite's module is imported only when it runs)."""
+
+SUITES: dict[str, tuple[str, str]] = {
+    "memory-retrieval": (
+        "evals.memory_retrieval",
+        "retrieve_memory's recall of LoCoMo evidence turns, against a BM25 baseline",
+    ),
+    "evidence-ranking": (
+        "evals.evidence_ranking",
+        "where the chunk holding a SQuAD answer lands in a search round's ranking",
+    ),
+    "evidence-check": (
+        "evals.evidence_check",
+        "the utility model's 'enough evidence?' verdict on answerable and unanswerable questions",
+    ),
+    "memory-qa": (
+        "evals.memory_qa",
+        "replay a LoCoMo conversation through the chat graph, then ask its questions in a new chat",
+    ),
+    "web-answers": (
+        "evals.web_answers",
+        "SQuAD questions through the web_search tool: correctness, citations, 'I couldn't find'",
+    ),
+}

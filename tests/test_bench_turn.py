@@ -1,0 +1,76 @@
+"""Smoke check of the per-turn benchmark (`bench/turn.py`) at a tiny size: it runs end to end on
+the real server, database and embedder, every message gets its reply, and what it counts is
+plausible. Not a performance test: no timing is asserted, only that the numbers exist and add up.
+
+    .venv/bin/python -m pytest tests/test_bench_turn.py -q
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bench.turn import Options, render, run_bench
+from core.config import Settings
+from core.db import Database
+from core.llm_router import build_router, plan_models
+from core.services import Services
+from rag.embedder import Embedder
+from tests.conftest import SCRIPTED_MODELS
+
+OPTIONS = Options(clients=[1, 2], turns=2, rounds=1, memory_clients=1, side_turns=2, local=False)
+
+
+@pytest.fixture
+async def bench_services(
+    settings: Settings, fresh_database: str, embedder: Embedder
+) -> AsyncIterator[Services]:
+    """The server's services (the session's embedder, every model scripted) on a database of their
+    own: the bench saves memories, and memories are global to the install."""
+    own = settings.model_copy(
+        update={"models_config": SCRIPTED_MODELS, "database_url": fresh_database}
+    )
+    database = await Database.open(own)
+    plan = plan_models(own)
+    try:
+        yield Services(own, database, embedder, build_router(own, plan), plan)
+    finally:
+        await database.close()
+
+
+async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Services) -> None:
+    report = await run_bench(bench_services, OPTIONS)
+
+    # Every message of every phase got its reply.
+    servers = [(phase.server, phase.clients) for phase in report.phases]
+    assert servers == [
+        ("baseline", 1), ("resolveai", 1), ("baseline", 2), ("resolveai", 2),
+        ("resolveai + embeddings", 1),
+    ]  # fmt: skip
+    for phase in report.phases:
+        assert phase.turns_each == 2  # OPTIONS.turns, and OPTIONS.side_turns for embeddings
+        assert len(phase.turns) == phase.expected == 2 * phase.clients
+        assert phase.errors == []
+        assert phase.done == phase.expected
+        for turn in phase.turns:
+            assert 0 < turn["first"] <= turn["done"] <= turn["end"]
+        assert phase.wall > 0 and phase.lag, "the lag probe took no sample"
+        assert not math.isnan(phase.ms("done", 99))
+
+    # Round trips are counted for the real server only, per phase.
+    for phase in report.of("baseline"):
+        assert phase.round_trips == 0
+    for phase in report.of("resolveai") + report.of("resolveai + embeddings"):
+        # A message claims its chat, saves two messages, reads its history and releases the chat.
+        assert 5 <= phase.round_trips_per_turn <= 20
+    assert 5 <= sum(report.breakdown.values()) <= 20
+    assert any("add_message" in label for label in report.breakdown)
+
+    # The embeddings phase embeds; the table shows every row.
+    assert report.embed_calls >= OPTIONS.memory_clients * OPTIONS.side_turns
+    assert report.events_per_turn >= 20  # a step, 20 words of reply, done
+    table = render(report, OPTIONS)
+    assert table.count("| ResolveAI |") == 2 and table.count("**overhead**") == 2
+    assert "ResolveAI + embeddings" in table and "while embeddings run" in table
