@@ -70,7 +70,17 @@ def git_commit() -> str:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            # The records this harness writes are not changes to what produced them.
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":!evals/results",
+                ":!evals/RESULTS.md",
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -119,7 +129,8 @@ RESULTS_HEADER = """# Eval results
 
 The latest run of each suite, written by `python -m evals <suite>` (do not edit by hand: the next
 run rewrites this file from evals/results/*.json). What each number means: README.md, section
-"Quality". Figures on a sample (`--limit`) are noisier than on the whole file.
+"Quality and speed". Figures on a sample (`--limit`) are noisier than on the whole file; "+changes"
+after a commit means the code had uncommitted changes when the suite ran.
 """
 
 
