@@ -328,10 +328,9 @@ async def _check_idle_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
 
-async def _reset_connection(conn: psycopg.AsyncConnection[Any]) -> None:
-    """On return to the pool: note when, and leave it in transaction mode (the pool's default)."""
-    if conn.autocommit:
-        await conn.set_autocommit(False)
+async def _note_return(conn: psycopg.AsyncConnection[Any]) -> None:
+    """On return to the pool: note when, for `_check_idle_connection`. (core/chat_store.py, the one
+    user of autocommit, puts its connections back in transaction mode itself.)"""
     _returned_at[conn] = time.monotonic()
 
 
@@ -387,7 +386,7 @@ class Database:
                 # for one given back within the last second: that was most of a chat turn's
                 # round trips, for connections that had just worked.
                 check=_check_idle_connection,
-                reset=_reset_connection,
+                reset=_note_return,
                 kwargs={"connect_timeout": _libpq_timeout(timeout)},
                 timeout=timeout,
                 name="resolveai",

@@ -283,18 +283,19 @@ async def retrieve_memories(
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
     vector = _check_embedding(await embedder.embed_query(text))
+    candidates = max(limit, CANDIDATES)
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         # Pipelined: BEGIN, the setting (for this transaction only), the search and COMMIT go to
         # the server together instead of one round trip each.
         async with conn.pipeline(), conn.transaction():
-            await conn.execute(ef_search_sql(max(limit, CANDIDATES), ef_search))
+            await conn.execute(ef_search_sql(candidates, ef_search))
             await cur.execute(
                 HYBRID_SQL,
                 {
                     "text": text,
                     "vector": vector,
                     "model": embedder.model_name,
-                    "candidates": max(limit, CANDIDATES),
+                    "candidates": candidates,
                     "rrf_k": RRF_K,
                     "max_distance": 1.0 - RELEVANCE_FLOOR,
                     "limit": limit,

@@ -319,9 +319,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> Report:
-    embedder = Embedder()
-    await embedder.load()
-    try:
+    async with Embedder() as embedder:
         squad = load_squad(args.data)
         questions = sample(squad.answerable, args.limit)
         budgets = args.budget or [budget_for(embedder)]
@@ -333,8 +331,6 @@ async def run(args: argparse.Namespace) -> Report:
             "rrf_k": ranker.RRF_K,
             "budgets": [await evaluate(embedder, squad, questions, budget) for budget in budgets],
         }
-    finally:
-        embedder.close()
     return Report(
         "evidence-ranking",
         args.data,

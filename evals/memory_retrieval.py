@@ -178,13 +178,8 @@ def tables(results: dict[str, Any]) -> list[Table]:
 
 async def run(args: argparse.Namespace) -> Report:
     conversations = load_locomo(args.data)
-    embedder = Embedder()
-    await embedder.load()
-    try:
-        async with scratch_database() as database:
-            results = await evaluate(database.pool, embedder, conversations, args.limit)
-    finally:
-        embedder.close()
+    async with Embedder() as embedder, scratch_database() as database:
+        results = await evaluate(database.pool, embedder, conversations, args.limit)
     return Report(
         "memory-retrieval",
         args.data,

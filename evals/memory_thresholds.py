@@ -411,9 +411,7 @@ async def main() -> int:
     if not datasets.LOCOMO_FILE.exists():
         print(f"No evaluation data in {datasets.EVALDATA} (set EVALDATA_DIR)", file=sys.stderr)
         return 1
-    embedder = Embedder()
-    await embedder.load()
-    try:
+    async with Embedder() as embedder:
         conversations = load_locomo()
         offtopic_questions = load_squad_questions()
         own = load_hand_written()
@@ -424,8 +422,6 @@ async def main() -> int:
         report_floor(floor, conversations, len(offtopic_questions), own)
         duplicates = await measure_duplicates(embedder, conversations, turn_vectors, own)
         report_duplicates(duplicates, own)
-    finally:
-        embedder.close()
     return 0
 
 

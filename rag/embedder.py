@@ -169,3 +169,11 @@ class Embedder:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def __aenter__(self) -> Embedder:
+        """`async with Embedder() as embedder:` loads it, and closes it after the block."""
+        await self.load()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()

@@ -77,10 +77,8 @@ async def fresh_database(database: Database) -> AsyncIterator[str]:
 @pytest.fixture(scope="session")
 async def embedder() -> AsyncIterator[Embedder]:
     """The real bundled embedding model, loaded once per test session."""
-    model = Embedder()
-    await model.load()
-    yield model
-    model.close()
+    async with Embedder() as model:
+        yield model
 
 
 @pytest.fixture
