@@ -21,6 +21,8 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from chat.memory_routes import router as memory_router
+from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
 from core.config import Settings, get_settings
 from core.errors import StartupError
@@ -85,8 +87,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if services is not None:
             app.state.services = services
-            freeze_startup_objects()
-            yield
+            async with memory_worker(app, services):
+                freeze_startup_objects()
+                yield
             return
         try:
             active = settings or get_settings()
@@ -95,10 +98,11 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             report_startup_failure(str(error))
             raise
         app.state.services = opened
-        freeze_startup_objects()
-        log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
         try:
-            yield
+            async with memory_worker(app, opened):
+                freeze_startup_objects()
+                log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
+                yield
         finally:
             await opened.close()
             log.info("ResolveAI stopped")
@@ -106,6 +110,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app = FastAPI(title="ResolveAI", lifespan=lifespan)
     app.add_middleware(SecurityHeaders)
     app.include_router(chat_router)
+    app.include_router(memory_router)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
@@ -123,6 +128,18 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="static")
     return app
+
+
+@asynccontextmanager
+async def memory_worker(app: FastAPI, services: Services) -> AsyncIterator[MemoryWorker]:
+    """This process's memory extraction worker, for as long as the app runs."""
+    worker = MemoryWorker(services)
+    app.state.memory_worker = worker
+    worker.start()
+    try:
+        yield worker
+    finally:
+        await worker.close()
 
 
 def freeze_startup_objects() -> None:

@@ -22,7 +22,7 @@ with COPY (binary) into the table with its index, which is maintained row by row
 inserts would, then the table is ANALYZEd.
 
 Queries: LoCoMo questions and SQuAD questions (half each), embedded once with the real embedder.
-The store's path is timed apart from the query embedding: `memory_store.retrieve_memories` given
+The store's path is timed apart from the query embedding: `memory_search.retrieve_memories` given
 an embedder that hands back the precomputed vector (pool checkout with its liveness check, the SQL,
 rows to objects, the relevance floor). Query embedding (`Embedder.embed_query`) is timed on its own,
 and the full path (real embedder + store) at the largest size.
@@ -39,7 +39,8 @@ Queries run interleaved across rows (one query on every row, then the next), aft
 warm-up pass, so machine noise hits all rows alike; the exact baseline gets a pass of its own
 after that (its full-table scans, run in between, slowed the row after them about twofold).
 
-Inserts, at each size: `save_memory` (embedding one text + duplicate check + insert, under its lock)
+Inserts, at each size: `save_grounded_memory` (quote check, embedding one text + duplicate check +
+insert, under its lock)
 and `add_memory` (the insert alone, vector given) on held-out real texts, and the COPY rate of the
 bulk load. Rows inserted by these measurements stay (a few hundred), so the next size is exact.
 """
@@ -65,10 +66,11 @@ from typing import Any
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from core import memory_store
+from core import chat_store, memory_search, memory_store
 from core.config import load_settings
 from core.db import Database, _configure_connection
-from core.memory_store import EF_SEARCH, NEAREST_SQL, RELEVANCE_FLOOR, ef_search_sql
+from core.memory_search import EF_SEARCH, RELEVANCE_FLOOR, ef_search_sql
+from core.memory_store import NEAREST_SQL
 from evals.datasets import LOCOMO_FILE, SQUAD_FILE
 from rag.embedder import Embedder
 
@@ -201,17 +203,18 @@ async def open_pool(conninfo: str, options: str = "") -> AsyncConnectionPool:
 async def bulk_load(
     pool: AsyncConnectionPool, rows: list[tuple[str, np.ndarray]], model: str
 ) -> None:
-    """COPY (binary) rows of (content, embedding) into memories, the HNSW index maintained."""
+    """COPY (binary) rows of (content, embedding) into memories, the HNSW index maintained (each
+    text is its own quote, as for `memory_store.add_memory`)."""
     async with (
         pool.connection() as conn,
         conn.cursor() as cur,
         cur.copy(
-            "COPY memories (content, embedding, embed_model) FROM STDIN (FORMAT BINARY)"
+            "COPY memories (content, quote, embedding, embed_model) FROM STDIN (FORMAT BINARY)"
         ) as copy,
     ):
-        copy.set_types(["text", "vector", "text"])
+        copy.set_types(["text", "text", "vector", "text"])
         for content, vector in rows:
-            await copy.write_row((content, vector, model))
+            await copy.write_row((content, content, vector, model))
 
 
 async def analyze(pool: AsyncConnectionPool) -> None:
@@ -325,13 +328,13 @@ async def measure_searches(
 
     async def timed(name: str, query: str) -> None:
         started = time.perf_counter()
-        found = await memory_store.retrieve_memories(pools[name], given, query, K, efs[name])
+        found = await memory_search.retrieve_memories(pools[name], given, query, K, efs[name])
         seconds[name].append(time.perf_counter() - started)
         kept[name].append({m.memory_id for m in found})
 
     for query in queries:  # warm-up: caches and connections, not measured
         for name in names:
-            await memory_store.retrieve_memories(pools[name], given, query, K, efs[name])
+            await memory_search.retrieve_memories(pools[name], given, query, K, efs[name])
     # The exact scans read the whole table: run between the others, they would slow whichever
     # row comes next (caches), so they get a pass of their own, after the interleaved one.
     for query in queries:
@@ -378,9 +381,11 @@ async def measure_inserts(
     copy_per_s: float | None,
 ) -> InsertRow:
     save_seconds = []
+    chat = await chat_store.create_chat(pool, "bench")
     for text in save_texts:
+        said = await chat_store.add_message(pool, chat["chat_id"], "user", text)
         started = time.perf_counter()
-        await memory_store.save_memory(pool, embedder, text)
+        await memory_store.save_grounded_memory(pool, embedder, text, text, said["message_id"])
         save_seconds.append(time.perf_counter() - started)
     add_seconds = []
     for content, vector in add_rows:
@@ -486,7 +491,7 @@ async def run(
                 seconds = []
                 for query in queries:
                     started = time.perf_counter()
-                    await memory_store.retrieve_memories(main_pool, embedder, query, K)
+                    await memory_search.retrieve_memories(main_pool, embedder, query, K)
                     seconds.append(time.perf_counter() - started)
                 report.end_to_end_ms = (
                     statistics.median(seconds) * 1000,

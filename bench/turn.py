@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import faulthandler
 import gc
 import json
@@ -78,6 +79,8 @@ from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from bench.turn_client import MESSAGE
+from chat.memory_worker import MemoryWorker
+from core import memory_jobs
 from core.config import PROJECT_ROOT, load_settings
 from core.llm_router import provider_handler
 from core.logs import configure_logging
@@ -124,9 +127,12 @@ class MemoryReplies:
         self.calls += 1
         n = self.calls
         if n % 2:
-            fact = f"The user's gym locker is number {n} and their bike lock code ends in {n % 7}"
-            return {"tool_calls": [{"name": "save_memory", "arguments": {"content": fact}}]}
-        query = "What is the user's gym locker number?"
+            # Grounded in the message (its words), as a save must be; numbered, so each is new.
+            fact = f"The user has small grey cat number {n}, who likes to sleep on the windowsill"
+            said = str(messages[-1].get("content", "")).rsplit("\n\n", 1)[-1]
+            call = {"name": "save_memory", "arguments": {"content": fact, "quote": said}}
+            return {"tool_calls": [call]}
+        query = "Where does the user's cat like to sleep?"
         return {"tool_calls": [{"name": "retrieve_memory", "arguments": {"query": query}}]}
 
 
@@ -247,6 +253,11 @@ _EXCHANGE_KINDS = {
 _PROJECT_DIRS = tuple(str(PROJECT_ROOT / name) for name in ("chat", "core", "rag", "server.py"))
 
 
+# Set in the bench's own task while it waits for the memory queue: its polling is not the
+# server's work (the worker's exchanges, in the app's task, still count).
+_UNCOUNTED: contextvars.ContextVar[bool] = contextvars.ContextVar("uncounted", default=False)
+
+
 class RoundTrips:
     """Counts psycopg's request/response exchanges with Postgres (see the module docstring).
 
@@ -265,6 +276,8 @@ class RoundTrips:
         original = self._original = psycopg.generators.execute
 
         def counted(pgconn: Any) -> Generator[Any, Any, Any]:
+            if _UNCOUNTED.get():
+                return (yield from original(pgconn))
             self.count += 1
             if self.labelled:
                 self.labels[_label(sys._getframe(1))] += 1
@@ -498,15 +511,19 @@ class Bench:
         self.round_trips = RoundTrips()
         self.gc_pauses = GcPauses()
         self.client: ClientProcess | None = None
+        self.worker: MemoryWorker | None = None  # the app's, once it runs
         self.think = 0.0
 
     async def phase(self, server: str, url: str, clients: int, turns: int) -> Phase:
         assert self.client is not None
+        await self.memory_jobs_done()
         self.probe.take()
         self.round_trips.take()
         self.gc_pauses.take()
         cpu = time.process_time()
         result = await self.client.run(url, clients, turns, self.think)
+        if server != "baseline":  # (the bare baseline queues none; its count stays its own)
+            await self.memory_jobs_done()
         lag, on_cpu, stall = self.probe.take()
         phase = Phase(server, clients, turns, result["turns"], result["wall"], lag,
                       self.round_trips.take(), time.process_time() - cpu, stall,
@@ -517,6 +534,20 @@ class Bench:
             file=sys.stderr,
         )
         return phase
+
+    async def memory_jobs_done(self) -> None:
+        """Wait for the memory extractions queued so far. They run after each reply, in this
+        process: their work belongs to the phase that queued them, not to the next one."""
+        token = _UNCOUNTED.set(True)
+        try:
+            # Polling: jobs are claimed by the worker's own task, at its own pace.
+            assert self.worker is not None
+            while (  # noqa: ASYNC110
+                await memory_jobs.pending(self.services.database.pool) or not self.worker.settled
+            ):
+                await asyncio.sleep(0.01)
+        finally:
+            _UNCOUNTED.reset(token)
 
     async def breakdown(self, url: str) -> Counter[str]:
         """Round trips of one message (the second of a chat), by kind and cause."""
@@ -543,10 +574,17 @@ class Bench:
         self.gc_pauses.install()
         self.probe.start()
         self.client = await ClientProcess.start()
+        from chat import memory_worker
         from server import create_app
 
+        # Every job here is queued by this process, which wakes its worker at once: the periodic
+        # look for other processes' jobs would only put stray exchanges into the phases' counts.
+        poll_seconds, memory_worker.POLL_SECONDS = memory_worker.POLL_SECONDS, 24 * 3600.0
+
         try:
-            async with serve_app(create_app(services=self.services)) as ours:
+            app = create_app(services=self.services)
+            async with serve_app(app) as ours:
+                self.worker = app.state.memory_worker
                 first, later = await capture_turn_events(ours)
                 report.events_per_turn = len(later)
                 async with serve_app(baseline_app(first, later)) as base:
@@ -565,6 +603,7 @@ class Bench:
                     if options.local:
                         await self.local_phase(report, ours, options)
         finally:
+            memory_worker.POLL_SECONDS = poll_seconds
             await self.client.close()
             await self.probe.stop()
             self.round_trips.uninstall()

@@ -18,6 +18,8 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
+from chat.memory_recall import recall_memories
+from chat.replies import save_reply
 from chat.state import ChatState, TurnContext, turn_of
 from chat.steps import short_id, step_event
 from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
@@ -41,27 +43,35 @@ FORCED_SEARCH_MAX_TOKENS = 600
 
 
 async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
-    """Instructions (+ summary), the latest messages, then the new message, in that order."""
+    """Instructions (+ summary), the latest messages, then the new message with the memories
+    recalled for it, in that order."""
     turn = turn_of(config)
     pool = turn.services.database.pool
-    chat = await chat_store.get_chat(pool, turn.chat_id)
-    history = await chat_store.recent_messages(pool, turn.chat_id, limit=HISTORY_MESSAGES + 1)
+    chat, history, recalled = await asyncio.gather(
+        chat_store.get_chat(pool, turn.chat_id),
+        chat_store.recent_messages(pool, turn.chat_id, limit=HISTORY_MESSAGES + 1),
+        recall_memories(turn, state["user_text"]),
+    )
     earlier = [
         {"role": m["role"], "content": _with_sources(m["content"], m["sources"])}
         for m in history
         if m["message_id"] != turn.user_message_id and m["content"].strip()
     ][-HISTORY_MESSAGES:]
-    system = chat_instructions(datetime.now(UTC), chat["summary"] if chat else None)
+    system = chat_instructions(
+        datetime.now(UTC), chat["summary"] if chat else None, memory=turn.memory
+    )
+    question = user_turn(state["user_text"], state.get("use_web", False), recalled)
     messages = [
         {"role": "system", "content": system},
         *earlier,
-        {"role": "user", "content": user_turn(state["user_text"], state.get("use_web", False))},
+        {"role": "user", "content": question},
     ]
     log.info(
-        "Chat %s: prompt built (%d earlier messages%s)",
+        "Chat %s: prompt built (%d earlier messages%s%s)",
         short_id(turn.chat_id),
         len(earlier),
         ", with summary" if chat and chat["summary"] else "",
+        f", {len(recalled)} memories" if recalled else "",
     )
     return {"messages": messages, "model_calls": 0, "reply": ""}
 
@@ -81,7 +91,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     """One streamed call of the `chat` model; the last allowed call gets no tools."""
     turn = turn_of(config)
     calls = state.get("model_calls", 0) + 1
-    names = available_tool_names(turn.services)
+    names = available_tool_names(turn.services, memory_tools=turn.memory == "tools")
     tools = None if calls >= MAX_MODEL_CALLS or state.get("answer_now") else tool_schemas(names)
     # "Use web tool" ticked: the first search of the message is not the model's choice.
     force_search = (
@@ -310,13 +320,10 @@ async def use_tool_answer(state: ChatState, config: RunnableConfig) -> dict[str,
 async def save_turn(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     """Save the reply with its sources, steps and tool calls; the client gets `done` now."""
     turn = turn_of(config)
-    message = await chat_store.add_message(
-        turn.services.database.pool,
-        turn.chat_id,
-        "assistant",
+    message = await save_reply(
+        turn,
         state.get("reply", ""),
         sources=state.get("sources", []),
-        steps=turn.steps,
         tool_calls=state.get("tool_calls", []),
     )
     message_id = str(message["message_id"])

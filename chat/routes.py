@@ -1,7 +1,8 @@
 """The chat API: send a message (a Server-Sent Events stream), list, read, rename and delete chats.
 
 Errors are JSON `{"error": "..."}` with a 4xx status: 404 unknown chat, 409 a reply already being
-written in the chat, 422 bad input (empty or too long message, malformed id).
+written in the chat, 422 bad input (empty or too long message, malformed id). A new chat may be
+`temporary` (no memory read or written); deleting a chat may forget the memories it gave.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, start_turn, stream_turn
-from core import chat_store
+from core import chat_store, memory_store
+from core.preferences import memory_paused
 from core.services import Services
 
 router = APIRouter(prefix="/api")
@@ -25,7 +27,7 @@ router = APIRouter(prefix="/api")
 HEARTBEAT_SECONDS = 10
 MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
                   "error", "sent_at")  # fmt: skip
-CHAT_FIELDS = ("chat_id", "title", "created_at", "updated_at")
+CHAT_FIELDS = ("chat_id", "title", "temporary", "created_at", "updated_at")
 
 
 class MessageIn(BaseModel):
@@ -42,6 +44,14 @@ class MessageIn(BaseModel):
 
 class NewMessageIn(MessageIn):
     chat_id: uuid.UUID | None = None
+    # A temporary chat reads nothing from memory and writes nothing to it (new chats only).
+    temporary: bool = False
+
+    @model_validator(mode="after")
+    def _temporary_is_for_new_chats(self) -> NewMessageIn:
+        if self.temporary and self.chat_id is not None:
+            raise ValueError("temporary: only a new chat can be made temporary")
+        return self
 
 
 class RenameIn(BaseModel):
@@ -77,7 +87,14 @@ async def _stream(request: Request, chat_id: uuid.UUID | None, body: MessageIn) 
     if body.use_web and services.search_provider is None:
         raise HTTPException(400, f"Web search is not available: {services.features['web_search']}.")
     try:
-        turn = await start_turn(services, chat_id, body.content, body.use_web)
+        turn = await start_turn(
+            services,
+            chat_id,
+            body.content,
+            body.use_web,
+            temporary=getattr(body, "temporary", False),
+            wake_memory=request.app.state.memory_worker.wake,
+        )
     except ChatNotFound as error:
         raise HTTPException(404, str(error)) from None
     except ChatBusy as error:
@@ -105,6 +122,7 @@ async def client_config(request: Request) -> dict[str, Any]:
     available = services.search_provider is not None
     return {
         "max_message_chars": MAX_MESSAGE_CHARS,
+        "memory": {"paused": await memory_paused(services.database.pool)},
         "web_search": {
             "available": available,
             "reason": None if available else services.features["web_search"],
@@ -144,8 +162,21 @@ async def _chat_or_404(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
 @router.get("/chats/{chat_id}/messages")
 async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, Any]]:
     await _chat_or_404(request, chat_id)
-    rows = await chat_store.list_messages(services_of(request).database.pool, chat_id)
-    return [public(row, MESSAGE_FIELDS) for row in rows]
+    pool = services_of(request).database.pool
+    rows = await chat_store.list_messages(pool, chat_id)
+    used = await memory_store.get_memories(pool, [i for row in rows for i in row["memory_ids"]])
+    contents = {memory["memory_id"]: memory["content"] for memory in used}
+    return [
+        {
+            **public(row, MESSAGE_FIELDS),
+            "memories": [
+                {"memory_id": str(i), "content": contents[i]}
+                for i in row["memory_ids"]
+                if i in contents
+            ],
+        }
+        for row in rows
+    ]
 
 
 @router.get("/chats/{chat_id}/summary")
@@ -169,7 +200,11 @@ async def rename_chat(request: Request, chat_id: uuid.UUID, body: RenameIn) -> d
 
 
 @router.delete("/chats/{chat_id}", status_code=204)
-async def delete_chat(request: Request, chat_id: uuid.UUID) -> Response:
-    if not await chat_store.delete_chat(services_of(request).database.pool, chat_id):
+async def delete_chat(
+    request: Request, chat_id: uuid.UUID, forget_memories: bool = False
+) -> Response:
+    """Delete a chat; `forget_memories=true` also deletes the memories that came from it."""
+    pool = services_of(request).database.pool
+    if not await chat_store.delete_chat(pool, chat_id, forget_memories=forget_memories):
         raise HTTPException(404, f"No chat with id {chat_id}")
     return Response(status_code=204)

@@ -14,14 +14,16 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from chat.graph import graph
+from chat.replies import save_reply
 from chat.state import TurnContext
 from chat.steps import short_id
 from core import chat_store
+from core.preferences import memory_paused
 from core.services import Services
 
 log = logging.getLogger("resolveai.chat")
@@ -61,17 +63,25 @@ def title_from(content: str) -> str:
 
 
 async def start_turn(
-    services: Services, chat_id: uuid.UUID | None, content: str, use_web: bool
+    services: Services,
+    chat_id: uuid.UUID | None,
+    content: str,
+    use_web: bool,
+    temporary: bool = False,
+    wake_memory: Callable[[], None] | None = None,
 ) -> Turn:
-    """Create/claim the chat and save the user's message; raises ChatNotFound or ChatBusy."""
+    """Create/claim the chat and save the user's message; raises ChatNotFound or ChatBusy.
+    `temporary` makes a new chat one that neither reads nor writes memory."""
     pool = services.database.pool
     run_id = uuid.uuid4()
+    paused = await memory_paused(pool)
     new_chat = None
     if chat_id is None:
-        new_chat = await chat_store.create_chat(pool, title_from(content))
+        new_chat = await chat_store.create_chat(pool, title_from(content), temporary=temporary)
         chat_id = new_chat["chat_id"]
         log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
-    if not await chat_store.claim_chat_run(pool, chat_id, run_id, RUN_LEASE_SECONDS):
+    claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, RUN_LEASE_SECONDS)
+    if not claimed:
         # Claiming finds no row both when the chat is busy and when it does not exist.
         if new_chat is None and await chat_store.get_chat(pool, chat_id) is None:
             raise ChatNotFound(f"No chat with id {chat_id}")
@@ -82,6 +92,10 @@ async def start_turn(
         await chat_store.release_chat_run(pool, chat_id, run_id)
         raise
     log.info("Chat %s: user message saved (%d chars)", short_id(chat_id), len(content))
+    if claimed["temporary"] or paused:
+        memory = "off"
+    else:
+        memory = "tools" if services.model_plan.capability("chat", "memory_tools") else "recall"
     context = TurnContext(
         services=services,
         chat_id=chat_id,
@@ -89,6 +103,8 @@ async def start_turn(
         user_text=content,
         trace_id=str(message["message_id"]),
         started=time.monotonic(),
+        memory=memory,
+        wake_memory=wake_memory or (lambda: None),
     )
     return Turn(context, run_id, content, use_web, new_chat)
 
@@ -102,7 +118,12 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
     renewer = asyncio.create_task(_keep_claim(turn))
     try:
         if turn.new_chat is not None:
-            yield {"type": "chat", "chat_id": str(context.chat_id), "title": turn.new_chat["title"]}
+            yield {
+                "type": "chat",
+                "chat_id": str(context.chat_id),
+                "title": turn.new_chat["title"],
+                "temporary": turn.new_chat["temporary"],
+            }
         config = {"configurable": {"turn": context}, "recursion_limit": 40}
         state = {"user_text": turn.content, "use_web": turn.use_web}
         async for event in graph.astream(state, config, stream_mode="custom"):
@@ -140,10 +161,7 @@ async def _keep_claim(turn: Turn) -> None:
 
 async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -> None:
     context = turn.context
-    await chat_store.add_message(
-        context.services.database.pool, context.chat_id, "assistant", text, status=status,
-        error=error, steps=context.steps,
-    )  # fmt: skip
+    await save_reply(context, text, status=status, error=error)
     log.info("Chat %s: reply saved as %s (%d chars)", short_id(context.chat_id), status, len(text))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
@@ -31,6 +32,13 @@ class TurnContext:
     )  # progress lines, saved with the reply
     searches: list[str] = field(default_factory=list)  # web searches made (queries), capped
     embedding_cache: dict[str, Any] = field(default_factory=dict)  # chunk text → vector
+    # How this turn uses long-term memory: "tools" (recall + the memory tools), "recall" (recall
+    # before the reply, extraction after it, no tools) or "off" (temporary chat, memory paused).
+    memory: str = "recall"
+    # The memories recalled or retrieved for the reply, in order (saved with it).
+    memories: dict[uuid.UUID, str] = field(default_factory=dict)
+    # Tells this process's memory worker that a job was queued (it polls anyway).
+    wake_memory: Callable[[], None] = lambda: None
 
 
 def turn_of(config: RunnableConfig) -> TurnContext:

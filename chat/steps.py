@@ -22,6 +22,15 @@ def step_event(turn: TurnContext, text: str, **extra: Any) -> dict[str, Any]:
     elapsed_ms = round((time.monotonic() - turn.started) * 1000)
     step = {"text": text, "elapsed_ms": elapsed_ms, **extra}
     turn.steps.append(step)
-    get_stream_writer()({"type": "step", **step})
+    send_event({"type": "step", **step})
     log.info("Chat %s: %s (%d ms)", short_id(turn.chat_id), text, elapsed_ms)
     return step
+
+
+def send_event(event: dict[str, Any]) -> None:
+    """Send an event to the browser; a no-op outside a graph run (a tool invoked on its own)."""
+    try:
+        writer = get_stream_writer()
+    except (KeyError, RuntimeError):
+        return
+    writer(event)

@@ -25,9 +25,12 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_stream_writer
 from pydantic import BaseModel, Field, field_validator
 
+from chat.memory_recall import about_the_past, note_memories
 from chat.state import turn_of
 from chat.steps import step_event
 from core import memory_store
+from core.memory_search import RetrievedMemory, retrieve_memories
+from core.prompts import data_text
 from core.tracing import trace_metadata
 from rag.web_rag import (
     MAX_SEARCHES,
@@ -46,6 +49,12 @@ class SaveMemoryInput(BaseModel):
         description=(
             "One short fact about the user, in the third person, at most"
             f" {memory_store.MAX_MEMORY_CHARS} characters, e.g. 'The user is vegetarian'."
+        )
+    )
+    quote: str = Field(
+        description=(
+            "The user's own words that state the fact, copied exactly from their message,"
+            ' e.g. "I\'m vegetarian".'
         )
     )
 
@@ -77,26 +86,30 @@ def _dumps(payload: dict[str, Any]) -> str:
 
 
 @tool("save_memory", args_schema=SaveMemoryInput)
-async def save_memory(content: str, config: RunnableConfig) -> str:
-    """Remember one lasting fact about the user for future chats.
+async def save_memory(content: str, quote: str, config: RunnableConfig) -> str:
+    """Remember one lasting fact about the user for future chats, when the user asks you to.
 
-    Use it when the user tells you something about themselves that will still be true and useful
-    later: who they are, their preferences, the people and pets in their life, health and diet,
-    work, plans. Write one short fact in the third person, at most 500 characters, e.g. "The user
-    is vegetarian", "The user's daughter is called Mia", "The user is moving to Berlin in May
-    2026" (write dates in full, not "next month"). Save separate facts with separate calls. Do
-    not use it for passing chit-chat or moods, for questions, or for facts about the world. If
-    the result says the fact is already known, do not save it again.
+    Facts the user states are saved automatically after each message; call this only when the
+    user explicitly asks you to remember something ("remember that..."). Write one short fact in
+    the third person, at most 500 characters, e.g. "The user's daughter is called Mia", and give as
+    the quote the exact
+    words of the user's message that state it. A fact the user did not say is refused. If the
+    result says the fact is already known, do not save it again.
     """
     turn = turn_of(config)
     started = time.perf_counter()
-    result = await memory_store.save_memory(
-        turn.services.database.pool,
-        turn.services.embedder,
-        content,
-        source_chat_id=turn.chat_id,
-        source_message_id=turn.user_message_id,
-    )
+    try:
+        result = await memory_store.save_grounded_memory(
+            turn.services.database.pool,
+            turn.services.embedder,
+            content,
+            quote,
+            turn.user_message_id,
+        )
+    except memory_store.NotGrounded as error:
+        # Raised on: the tools node gives the model the reason as the tool's error.
+        log.info("Memory: refused %s: %s", _quote(" ".join(content.split())), error)
+        raise
     stored = result.memory["content"]
     where = f"chat {turn.chat_id.hex[:8]}, {_elapsed_ms(started)} ms"
     if result.saved:
@@ -131,22 +144,29 @@ async def retrieve_memory(query: str, config: RunnableConfig) -> str:
     """
     turn = turn_of(config)
     started = time.perf_counter()
-    found = await memory_store.retrieve_memories(
-        turn.services.database.pool, turn.services.embedder, query
+    found = await retrieve_memories(
+        turn.services.database.pool,
+        turn.services.embedder,
+        query,
+        include_superseded=about_the_past(query),
     )
     where = f"chat {turn.chat_id.hex[:8]}, {_elapsed_ms(started)} ms"
     what = f"{len(found)} memories" if len(found) != 1 else "1 memory"
     log.info("Memory: %s found for %s (%s)", what, _quote(" ".join(query.split())), where)
     if not found:
         return _dumps({"memories": [], "note": "nothing relevant is known"})
-    return _dumps(
-        {
-            "memories": [
-                {"content": memory.content, "saved_on": memory.created_at.date().isoformat()}
-                for memory in found
-            ]
-        }
-    )
+    note_memories(turn, found)
+    return _dumps({"memories": [_listed(memory) for memory in found]})
+
+
+def _listed(memory: RetrievedMemory) -> dict[str, str]:
+    listed = {
+        "content": data_text(memory.content),
+        "saved_on": memory.created_at.date().isoformat(),
+    }
+    if memory.valid_to is not None:  # asked about the past: a fact the user has since changed
+        listed["no_longer_true_since"] = memory.valid_to.date().isoformat()
+    return listed
 
 
 MAX_CONTEXT_CHARS = 2000
@@ -239,9 +259,18 @@ del _tool
 TOOLS_BY_NAME: dict[str, BaseTool] = {t.name: t for t in TOOLS}
 
 
-def available_tool_names(services: Any) -> list[str]:
-    """The tools this server can offer: web search only when a search provider is configured."""
-    return [t.name for t in TOOLS if t.name != "web_search" or services.search_provider]
+MEMORY_TOOLS = ("save_memory", "retrieve_memory")
+
+
+def available_tool_names(services: Any, memory_tools: bool = True) -> list[str]:
+    """The tools a turn can offer: web search only when a search provider is configured, the
+    memory tools only when the chat model may have them and memory is on (`memory_tools`)."""
+    return [
+        t.name
+        for t in TOOLS
+        if (t.name != "web_search" or services.search_provider)
+        and (memory_tools or t.name not in MEMORY_TOOLS)
+    ]
 
 
 def tool_schemas(names: Iterable[str] | None = None) -> list[dict[str, Any]]:

@@ -1,13 +1,7 @@
-"""Chats and their messages in Postgres: plain async functions, one query (or transaction) each.
+"""Chats and their messages in Postgres: plain async functions, one SQL statement each.
 
-Every function takes either the pool (it borrows a connection and commits) or an open connection.
-Given a connection, the work joins the caller's transaction and never commits it, so several calls
-can commit (or roll back) together; a call that fails is undone back to a savepoint, leaving the
-caller's transaction usable. (With autocommit on, each call gets a transaction of its own.)
-
-Every function is one SQL statement, so given the pool it runs in autocommit: a single statement is
-a transaction of its own, and wrapping it in BEGIN and COMMIT would cost two more round trips to
-the server for nothing (`bench/turn.py` counts them).
+Every function takes either the pool or an open connection, whose transaction it then joins
+(core/statements.py: one round trip a call either way).
 
 Rows come back as dicts keyed by column name; ids are `uuid.UUID`; `sources`, `steps` and
 `tool_calls` are the decoded JSON lists.
@@ -20,66 +14,26 @@ writer updates it with `update_message` when it ends).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import psycopg
-from psycopg import pq, sql
-from psycopg.rows import dict_row
+from psycopg import sql
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
-Db = AsyncConnectionPool | psycopg.AsyncConnection[Any]
+from core.statements import Db, fetch_all, fetch_one
 
 DEFAULT_TITLE = "New chat"
 ROLES = ("user", "assistant")
 STATUSES = ("complete", "interrupted", "error", "streaming")
 
 _MESSAGE_COLUMNS = (
-    "message_id, chat_id, role, content, status, sources, steps, tool_calls, error, sent_at"
+    "message_id, chat_id, role, content, status, sources, steps, tool_calls, error, sent_at,"
+    " memory_ids"
 )
 
 
 class ChatNotFound(LookupError):
     """The chat does not exist (never did, or was deleted)."""
-
-
-@asynccontextmanager
-async def _transaction(db: Db) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """Where to run one statement: a pooled connection in autocommit, or a savepoint in the
-    caller's transaction."""
-    if isinstance(db, AsyncConnectionPool):
-        async with db.connection() as conn:
-            await conn.set_autocommit(True)
-            try:
-                yield conn
-            finally:
-                # Pooled connections are handed out in transaction mode (memory_store relies on
-                # it). A broken connection refuses the switch; the pool discards it anyway.
-                with suppress(psycopg.Error):
-                    await conn.set_autocommit(False)
-    else:
-        if not db.autocommit and db.info.transaction_status == pq.TransactionStatus.IDLE:
-            # On an idle connection psycopg's transaction() would BEGIN and COMMIT on the
-            # caller's behalf. Opening the caller's (implicit) transaction first makes it a
-            # savepoint instead, and committing stays the caller's decision.
-            await db.execute("SELECT 1")
-        # A savepoint, so a failed statement here leaves the caller's transaction usable.
-        async with db.transaction():
-            yield db
-
-
-async def _fetch_one(db: Db, query: str | sql.Composed, params: Any) -> dict[str, Any] | None:
-    async with _transaction(db) as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchone()
-
-
-async def _fetch_all(db: Db, query: str | sql.Composed, params: Any) -> list[dict[str, Any]]:
-    async with _transaction(db) as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall()
 
 
 def _clean_title(title: str | None) -> str:
@@ -97,17 +51,20 @@ def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
 # Chats
 
 
-async def create_chat(db: Db, title: str | None = None) -> dict[str, Any]:
-    """A new empty chat; a missing or blank title becomes 'New chat'."""
-    row = await _fetch_one(
-        db, "INSERT INTO chats (title) VALUES (%s) RETURNING *", (_clean_title(title),)
+async def create_chat(db: Db, title: str | None = None, temporary: bool = False) -> dict[str, Any]:
+    """A new empty chat; a missing or blank title becomes 'New chat'. A temporary chat neither
+    reads nor writes memory."""
+    row = await fetch_one(
+        db,
+        "INSERT INTO chats (title, temporary) VALUES (%s, %s) RETURNING *",
+        (_clean_title(title), temporary),
     )
     assert row is not None
     return row
 
 
 async def get_chat(db: Db, chat_id: uuid.UUID) -> dict[str, Any] | None:
-    return await _fetch_one(db, "SELECT * FROM chats WHERE chat_id = %s", (chat_id,))
+    return await fetch_one(db, "SELECT * FROM chats WHERE chat_id = %s", (chat_id,))
 
 
 async def list_chats(
@@ -117,13 +74,13 @@ async def list_chats(
     ignoring case, with `%` and `_` taken literally."""
     if title_filter:
         escaped = title_filter.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        return await _fetch_all(
+        return await fetch_all(
             db,
             "SELECT * FROM chats WHERE title ILIKE %s"
             " ORDER BY updated_at DESC, created_at DESC LIMIT %s",
             (f"%{escaped}%", limit),
         )
-    return await _fetch_all(
+    return await fetch_all(
         db, "SELECT * FROM chats ORDER BY updated_at DESC, created_at DESC LIMIT %s", (limit,)
     )
 
@@ -133,19 +90,25 @@ async def rename_chat(db: Db, chat_id: uuid.UUID, title: str) -> dict[str, Any] 
 
     Leaves `updated_at` alone: renaming is not activity, so it does not move the chat to the top.
     """
-    return await _fetch_one(
+    return await fetch_one(
         db,
         "UPDATE chats SET title = %s WHERE chat_id = %s RETURNING *",
         (_clean_title(title), chat_id),
     )
 
 
-async def delete_chat(db: Db, chat_id: uuid.UUID) -> bool:
+async def delete_chat(db: Db, chat_id: uuid.UUID, forget_memories: bool = False) -> bool:
     """Delete a chat and (by cascade) its messages; False if it did not exist.
 
-    Memories learned from it stay, with their source set to NULL.
+    Memories learned from it stay, with their source set to NULL, unless `forget_memories`: then
+    they go too, in the same statement.
     """
-    row = await _fetch_one(db, "DELETE FROM chats WHERE chat_id = %s RETURNING chat_id", (chat_id,))
+    row = await fetch_one(
+        db,
+        "WITH forgotten AS (DELETE FROM memories WHERE %(forget)s AND source_chat_id = %(chat)s)"
+        " DELETE FROM chats WHERE chat_id = %(chat)s RETURNING chat_id",
+        {"chat": chat_id, "forget": forget_memories},
+    )
     return row is not None
 
 
@@ -162,7 +125,7 @@ async def set_summary(
     processes fold the same messages at once, the second write is refused instead of overwriting.
     False if it was refused or there is no such chat.
     """
-    row = await _fetch_one(
+    row = await fetch_one(
         db,
         "UPDATE chats SET summary = %s, summary_upto_message_id = %s"
         " WHERE chat_id = %s AND summary_upto_message_id IS NOT DISTINCT FROM %s"
@@ -174,23 +137,23 @@ async def set_summary(
 
 async def claim_chat_run(
     db: Db, chat_id: uuid.UUID, run_id: uuid.UUID, lease_seconds: float
-) -> bool:
-    """Claim the chat for one reply (or extend this run's claim); False if another run holds it."""
-    row = await _fetch_one(
+) -> dict[str, Any] | None:
+    """Claim the chat for one reply (or extend this run's claim): the chat's id and `temporary`
+    flag, or None if another run holds it (or there is no such chat)."""
+    return await fetch_one(
         db,
         "UPDATE chats SET run_id = %(run)s,"
         " run_expires_at = now() + make_interval(secs => %(lease)s)"
         " WHERE chat_id = %(chat)s"
         " AND (run_id IS NULL OR run_id = %(run)s OR run_expires_at < now())"
-        " RETURNING chat_id",
+        " RETURNING chat_id, temporary",
         {"chat": chat_id, "run": run_id, "lease": lease_seconds},
     )
-    return row is not None
 
 
 async def release_chat_run(db: Db, chat_id: uuid.UUID, run_id: uuid.UUID) -> None:
     """Let the next message in (only this run's own claim is released)."""
-    await _fetch_one(
+    await fetch_one(
         db,
         "UPDATE chats SET run_id = NULL, run_expires_at = NULL"
         " WHERE chat_id = %s AND run_id = %s RETURNING chat_id",
@@ -212,20 +175,22 @@ async def add_message(
     steps: list[Any] | None = None,
     tool_calls: list[Any] | None = None,
     error: str | None = None,
+    memory_ids: list[uuid.UUID] | None = None,
 ) -> dict[str, Any]:
-    """Append a message and mark the chat as just used; raises `ChatNotFound`."""
+    """Append a message and mark the chat as just used; raises `ChatNotFound`. `memory_ids`: the
+    memories recalled or retrieved for an assistant reply."""
     _check_choice(role, ROLES, "role")
     _check_choice(status, STATUSES, "status")
     try:
         # One statement: the chat is touched and the message added together, or neither (no chat).
-        message = await _fetch_one(
+        message = await fetch_one(
             db,
             "WITH chat AS (UPDATE chats SET updated_at = now() WHERE chat_id = %(chat)s"
             " RETURNING chat_id)"
             " INSERT INTO messages"
-            " (chat_id, role, content, status, sources, steps, tool_calls, error)"
+            " (chat_id, role, content, status, sources, steps, tool_calls, error, memory_ids)"
             " SELECT chat_id, %(role)s, %(content)s, %(status)s, %(sources)s, %(steps)s,"
-            f" %(tool_calls)s, %(error)s FROM chat RETURNING {_MESSAGE_COLUMNS}",
+            f" %(tool_calls)s, %(error)s, %(memory_ids)s FROM chat RETURNING {_MESSAGE_COLUMNS}",
             {
                 "chat": chat_id,
                 "role": role,
@@ -235,6 +200,7 @@ async def add_message(
                 "steps": Jsonb(steps or []),
                 "tool_calls": Jsonb(tool_calls or []),
                 "error": error,
+                "memory_ids": list(memory_ids or []),
             },
         )
     except psycopg.errors.ForeignKeyViolation:  # the chat was deleted meanwhile
@@ -268,7 +234,7 @@ async def update_message(
     if error is not None:
         values["error"] = error
     if not values:
-        return await _fetch_one(
+        return await fetch_one(
             db, f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE message_id = %s", (message_id,)
         )
     # Column names come from the fixed list above, never from the caller; values are parameters.
@@ -278,12 +244,12 @@ async def update_message(
     query = sql.SQL("UPDATE messages SET {} WHERE message_id = {} RETURNING {}").format(
         assignments, sql.Placeholder("message_id"), sql.SQL(_MESSAGE_COLUMNS)
     )
-    return await _fetch_one(db, query, {**values, "message_id": message_id})
+    return await fetch_one(db, query, {**values, "message_id": message_id})
 
 
 async def list_messages(db: Db, chat_id: uuid.UUID) -> list[dict[str, Any]]:
     """Every message of the chat, oldest first."""
-    return await _fetch_all(
+    return await fetch_all(
         db,
         f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s ORDER BY sent_at, message_id",
         (chat_id,),
@@ -293,7 +259,7 @@ async def list_messages(db: Db, chat_id: uuid.UUID) -> list[dict[str, Any]]:
 async def count_messages_upto(db: Db, chat_id: uuid.UUID, upto_message_id: uuid.UUID) -> int:
     """How many messages of the chat were sent up to `upto_message_id`, it included (0 if it is not
     a message of this chat), in the order of `list_messages`."""
-    row = await _fetch_one(
+    row = await fetch_one(
         db,
         "SELECT count(*) AS n FROM messages AS m"
         " JOIN messages AS boundary"
@@ -307,7 +273,7 @@ async def count_messages_upto(db: Db, chat_id: uuid.UUID, upto_message_id: uuid.
 
 async def recent_messages(db: Db, chat_id: uuid.UUID, limit: int = 10) -> list[dict[str, Any]]:
     """The latest `limit` messages of the chat, returned oldest first."""
-    return await _fetch_all(
+    return await fetch_all(
         db,
         f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s"
         " ORDER BY sent_at DESC, message_id DESC LIMIT %s) AS latest"
@@ -328,7 +294,7 @@ async def messages_after(
     # Compare (sent_at, message_id) like the ORDER BY does, so a tie on sent_at cannot drop or
     # repeat a message at the boundary.
     columns = ", ".join(f"m.{name}" for name in _MESSAGE_COLUMNS.split(", "))
-    return await _fetch_all(
+    return await fetch_all(
         db,
         f"SELECT {columns} FROM messages AS m"
         " LEFT JOIN messages AS boundary"
@@ -337,4 +303,19 @@ async def messages_after(
         "  OR (m.sent_at, m.message_id) > (boundary.sent_at, boundary.message_id))"
         " ORDER BY m.sent_at, m.message_id",
         {"chat": chat_id, "after": after_message_id},
+    )
+
+
+async def user_message_in_context(db: Db, message_id: uuid.UUID) -> dict[str, Any] | None:
+    """A user message with what memory extraction needs around it: its chat's `temporary` flag
+    and the assistant's reply just before it (`previous_reply`, None for a first message)."""
+    return await fetch_one(
+        db,
+        "SELECT m.message_id, m.chat_id, m.content, m.sent_at, c.temporary,"
+        " (SELECT p.content FROM messages AS p WHERE p.chat_id = m.chat_id AND p.role = 'assistant'"
+        "  AND (p.sent_at, p.message_id) < (m.sent_at, m.message_id)"
+        "  ORDER BY p.sent_at DESC, p.message_id DESC LIMIT 1) AS previous_reply"
+        " FROM messages AS m JOIN chats AS c USING (chat_id)"
+        " WHERE m.message_id = %s AND m.role = 'user'",
+        (message_id,),
     )

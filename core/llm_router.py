@@ -23,7 +23,14 @@ from core.inprocess_provider import InProcessProvider
 
 log = logging.getLogger("resolveai.models")
 
-ROLES = ("chat", "utility")
+ROLES = ("chat", "utility", "memory")
+# A role missing from MODELS_CONFIG, with no fallback named for it, runs on this role's models.
+BORROWS_FROM = {"memory": "utility"}
+# What a deployment can do, from its `capabilities:` entry in models.yaml (our key, not LiteLLM's:
+# it is taken off before the Router sees the deployment), else these defaults.
+# memory_tools: the chat model is offered save_memory/retrieve_memory (memory works without them:
+# recall before the reply and extraction after it run around the model).
+DEFAULT_CAPABILITIES = {"memory_tools": True}
 ENV_PREFIX = "os.environ/"
 
 
@@ -35,6 +42,8 @@ class ModelPlan:
     fallbacks: list[dict[str, list[str]]]
     router_settings: dict[str, Any] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)
+    # Per LiteLLM model name (e.g. "local/qwen2.5-coder-1.5b-instruct"): its `capabilities:`.
+    capabilities: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def deployments(self, group: str) -> list[str]:
         return [d["litellm_params"]["model"] for d in self.model_list if d["model_name"] == group]
@@ -44,6 +53,11 @@ class ModelPlan:
             if group in entry:
                 return entry[group]
         return []
+
+    def capability(self, role: str, name: str) -> Any:
+        """A capability of the role's first choice (see `DEFAULT_CAPABILITIES`)."""
+        first = next(iter(self.deployments(role)), None)
+        return self.capabilities.get(first or "", {}).get(name, DEFAULT_CAPABILITIES[name])
 
     def runs_locally(self, role: str) -> bool:
         """Whether the role's first choice is the in-process model (slow to read long prompts)."""
@@ -68,14 +82,16 @@ def plan_models(settings: Settings) -> ModelPlan:
     router_settings = dict(config.get("router_settings") or {})
     raw_fallbacks = router_settings.pop("fallbacks", None) or config.get("fallbacks") or []
 
-    model_list, left_out = [], []
-    for deployment in config.get("model_list") or []:
+    model_list, left_out, capabilities = [], [], {}
+    for entry in config.get("model_list") or []:
+        deployment = {k: v for k, v in entry.items() if k != "capabilities"}
         params = copy.deepcopy(deployment["litellm_params"])
         missing = _resolve_keys(params, settings)
         if missing:
             left_out.append(f"{params['model']} (no {', '.join(missing)})")
             continue
         model_list.append({**deployment, "litellm_params": params})
+        capabilities[params["model"]] = dict(entry.get("capabilities") or {})
 
     available = {d["model_name"] for d in model_list}
     fallbacks = []
@@ -84,12 +100,23 @@ def plan_models(settings: Settings) -> ModelPlan:
             usable = [t for t in targets if t in available]
             if usable:
                 fallbacks.append({group: usable})
-    plan = ModelPlan(model_list, fallbacks, router_settings, left_out)
+    plan = ModelPlan(model_list, fallbacks, router_settings, left_out, capabilities)
 
     for role in ROLES:
         if role in available:
             continue
         substitute = next(iter(plan.fallbacks_of(role)), None)
+        if substitute is None and role in BORROWS_FROM:
+            # A config written before the role existed: it runs as the role it grew out of.
+            source = BORROWS_FROM[role]
+            plan.model_list += [
+                {**copy.deepcopy(d), "model_name": role}
+                for d in plan.model_list
+                if d["model_name"] == source
+            ]
+            if plan.fallbacks_of(source):
+                plan.fallbacks.append({role: plan.fallbacks_of(source)})
+            continue
         if substitute is None:
             raise StartupError(
                 f"No model can serve the '{role}' role: check MODELS_CONFIG "

@@ -1,30 +1,38 @@
-"""Long-term memories in Postgres: saving a fact once, finding facts by meaning, re-embedding.
+"""Long-term memories in Postgres: facts about the user, each grounded in the user's own words.
 
-A memory is a short fact about the user (1-500 characters) with a 384-number embedding and the
-name of the model that made it. Memories are global to the install (one user).
+A memory is a short third-person fact (1-500 characters) with its **evidence**: the user message
+it came from and a quote, the exact span of that message stating the fact. Nothing is stored
+without it: `save_grounded_memory` looks the message up (user messages only: the assistant's own
+words, tool results and web pages are never evidence) and finds the quote in it, comparing after
+normalising whitespace, case, quotes and dashes (`grounding.find_quote`); otherwise it raises
+`NotGrounded`, whatever model asked. Memories are global to the install (one user).
 
-- `save_memory` stores a fact unless one that says the same is already stored (cosine similarity
-  at least `DUPLICATE_SIMILARITY`), so the model re-saving a fact in every chat does not pile up
-  copies.
-- `retrieve_memories` returns the facts closest in meaning to a query, best first, leaving out
-  those below `RELEVANCE_FLOOR` so an unrelated query gets nothing rather than noise.
-- When the configured embedding model changes, vectors from the old model are meaningless to the
-  new one, so `reembed_stale_memories` recomputes them at start-up. Searches only compare vectors
-  of the current model.
+- A fact saying the same as a current memory (cosine similarity at least `DUPLICATE_SIMILARITY`)
+  is not stored twice.
+- History: `supersedes` closes the memory a new fact replaces (valid_to, superseded_by) instead of
+  overwriting it; searches (core/memory_search.py) read current memories unless asked for the past.
+- The user's own changes (`update_memory`, `delete_memory`, `forget_all`, `delete_chat_memories`)
+  come from the API; an edit re-embeds.
+- When the configured embedding model changes, `reembed_stale_memories` recomputes the vectors at
+  start-up. Searches only compare vectors of the current model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
+import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+
+from core.grounding import find_quote, shares_a_word
 
 logger = logging.getLogger("resolveai.db")
 
@@ -32,19 +40,9 @@ MAX_MEMORY_CHARS = 500
 EMBED_DIMENSIONS = 384
 REEMBED_BATCH_SIZE = 64
 
-# Both thresholds are cosine similarities (1 - pgvector's `<=>` distance) of all-MiniLM-L6-v2
-# vectors, measured by `python -m evals.memory_thresholds` (re-run it after changing the embedder).
+# Cosine similarity (1 - pgvector's `<=>` distance) of all-MiniLM-L6-v2 vectors, measured by
+# `python -m evals.memory_thresholds` (re-run it after changing the embedder).
 #
-# RELEVANCE_FLOOR: 387 LoCoMo questions (categories 1-4) searched over their conversation's turns
-# (1,297 turns, as "<speaker>: <text>"). The 160 evidence turns that reach a question's top 5 score
-# p1 0.365 / median 0.593; the best hit of 1,969 unrelated SQuAD questions searched in each
-# conversation (5,907 searches) scores p95 0.318 / p99 0.390. 0.35 keeps 99.4% of those evidence
-# hits (0.40 would keep 97.5%, 0.45 93.1%) and leaves 97.4% of unrelated searches empty.
-# Cross-check with 30 hand-written questions about the user against 120 third-person facts: 96%
-# of the answers that reach the top 5 are kept (0.45 would keep 81%). A relevant memory lost costs
-# more than an unrelated one shown (the model can ignore it), hence the highest floor keeping
-# >= 99% of evidence hits.
-RELEVANCE_FLOOR = 0.35
 # DUPLICATE_SIMILARITY: 40 hand-written paraphrase pairs of one fact (tests/data/memory_pairs.json)
 # score median 0.909 (p5 0.725); 40 pairs of different facts on the same topic ("is vegetarian" /
 # "is vegan") median 0.698, p95 0.897; real distinct facts (393 LoCoMo evidence turns against the
@@ -57,26 +55,6 @@ RELEVANCE_FLOOR = 0.35
 # same-topic pairs and <= 1% of LoCoMo facts.
 DUPLICATE_SIMILARITY = 0.90
 
-# How many candidates the HNSW index gathers for a memory search (pgvector's hnsw.ef_search, default
-# 40; the rows returned are the best `limit` of them). Measured by `python -m bench.memory` (2,013
-# real LoCoMo/SQuAD memories topped up with vectors made from them, 200 questions, k = 5), share of
-# the exact top 5 found at 100k memories: 0.942 with 40, 0.986 with 100, 0.997 with 200; with the
-# harder `--derived noise` vectors 0.70 with 40 and 0.85 with 100. At 10k: 0.990 / 0.997. 100 costs
-# about half a millisecond more per search than 40 at 50k-100k rows; 200 doubles the index work
-# again for little gain. On a small table (a few thousand rows) the planner reads it all instead
-# (exact), whatever this says.
-EF_SEARCH = 100
-
-# Hybrid search: the CANDIDATES memories nearest in meaning (the HNSW index) and the CANDIDATES
-# best by shared words (Postgres full-text search, the GIN index of migration 0003), fused with
-# Reciprocal Rank Fusion (score = sum of 1 / (RRF_K + rank) over the two lists), then the relevance
-# floor, then the limit. Measured with `python -m evals memory-retrieval` (LoCoMo turns as
-# memories, 498 questions): the vectors alone find a question's evidence turns far less often than
-# plain keyword search (BM25), and fusing both beats either (see evals/RESULTS.md). The floor keeps
-# its meaning: a memory sharing a word with the query but not its meaning is still left out.
-CANDIDATES = 20
-RRF_K = 60  # the usual constant; the same as the web ranker's
-
 # Fixed key for the advisory lock around re-embedding ("ResolveM"); differs from the migration
 # lock in core/db.py.
 REEMBED_LOCK_KEY = 0x5265736F6C76654D
@@ -84,19 +62,25 @@ REEMBED_LOCK_KEY = 0x5265736F6C76654D
 # processes saving the same fact at once would both find nothing and both insert without it.
 SAVE_LOCK_KEY = 0x5265736F6C766553
 
-_MEMORY_COLUMNS = (
-    "memory_id, content, embed_model, source_chat_id, source_message_id, created_at, updated_at"
+MEMORY_COLUMNS = (
+    "memory_id, content, quote, embed_model, source_chat_id, source_message_id, valid_from,"
+    " valid_to, superseded_by, created_at, updated_at"
 )
 
-# The memories closest to a vector, with their cosine distance. ORDER BY the bare `<=>` with a
-# LIMIT is the shape the HNSW index (vector_cosine_ops) answers; ordering by a similarity
+# The current memories closest to a vector, with their cosine distance. ORDER BY the bare `<=>`
+# with a LIMIT is the shape the HNSW index (vector_cosine_ops) answers; ordering by a similarity
 # expression or filtering on the distance would scan the whole table, so thresholds are applied
 # to the rows this returns. Only vectors of the current model are comparable; after start-up's
 # re-embedding that is every row, so the filter removes nothing the index scan would need.
 NEAREST_SQL = (
-    f"SELECT {_MEMORY_COLUMNS}, embedding <=> %(vector)s AS distance FROM memories"
-    " WHERE embed_model = %(model)s ORDER BY embedding <=> %(vector)s LIMIT %(limit)s"
+    f"SELECT {MEMORY_COLUMNS}, embedding <=> %(vector)s AS distance FROM memories"
+    " WHERE embed_model = %(model)s AND valid_to IS NULL"
+    " ORDER BY embedding <=> %(vector)s LIMIT %(limit)s"
 )
+
+
+class NotGrounded(ValueError):
+    """The quote is not in the user's message: the fact is not something the user said."""
 
 
 class Embedder(Protocol):
@@ -115,23 +99,15 @@ class QueryEmbedder(Embedder, Protocol):
 
 @dataclass(frozen=True)
 class SaveResult:
-    """What `save_memory` did: stored `memory`, or found it already known as `memory`."""
+    """What a save did: stored `memory`, or found it already known as `memory`."""
 
     saved: bool
-    # The new row, or the stored memory that already says the same (row without the embedding).
+    # The new row, or the current memory that already says the same (row without the embedding).
     memory: dict[str, Any]
     # When not saved: how similar the stored memory is to the one offered (1.0 for the same text).
     similarity: float | None = None
-
-
-@dataclass(frozen=True)
-class RetrievedMemory:
-    """One memory found by `retrieve_memories`."""
-
-    memory_id: uuid.UUID
-    content: str
-    similarity: float  # cosine similarity to the query, 1 - pgvector's `<=>` distance
-    created_at: datetime
+    # The memory the new one replaced (its row after closing it), when it superseded one.
+    superseded: dict[str, Any] | None = None
 
 
 def normalize_memory(content: str) -> str:
@@ -147,7 +123,7 @@ def normalize_memory(content: str) -> str:
     return text
 
 
-def _check_embedding(embedding: Any) -> np.ndarray:
+def check_embedding(embedding: Any) -> np.ndarray:
     vector = np.asarray(embedding, dtype=np.float32)
     if vector.shape != (EMBED_DIMENSIONS,):
         raise ValueError(f"An embedding must have {EMBED_DIMENSIONS} numbers, not {vector.shape}")
@@ -159,158 +135,273 @@ async def add_memory(
     content: str,
     embedding: Any,
     embed_model: str,
-    source_chat_id: uuid.UUID | None = None,
-    source_message_id: uuid.UUID | None = None,
+    quote: str | None = None,
 ) -> dict[str, Any]:
-    """Store a memory; returns its row without the embedding. Raises ValueError if too long."""
-    # The database checks the length too; checking here gives a message the model can act on.
+    """Insert a memory as given, vector included: for evals and benchmarks loading data sets into
+    scratch databases (their texts are their own evidence). The app never calls it: its writes go
+    through `save_grounded_memory`, which checks the quote. ValueError if too long."""
+    # The database checks the length too; checking here gives a clearer message.
     if not 1 <= len(content) <= MAX_MEMORY_CHARS:
         raise ValueError(f"A memory must be 1 to {MAX_MEMORY_CHARS} characters, not {len(content)}")
-    vector = _check_embedding(embedding)
+    vector = check_embedding(embedding)
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            "INSERT INTO memories"
-            " (content, embedding, embed_model, source_chat_id, source_message_id)"
-            f" VALUES (%s, %s, %s, %s, %s) RETURNING {_MEMORY_COLUMNS}",
-            (content, vector, embed_model, source_chat_id, source_message_id),
+            "INSERT INTO memories (content, quote, embedding, embed_model)"
+            f" VALUES (%s, %s, %s, %s) RETURNING {MEMORY_COLUMNS}",
+            (content, quote or content, vector, embed_model),
         )
         row = await cur.fetchone()
     assert row is not None
     return row
 
 
-async def save_memory(
+async def _user_message(cur: Any, message_id: uuid.UUID) -> dict[str, Any]:
+    """The user message that is a memory's evidence; NotGrounded if there is none by that id."""
+    await cur.execute(
+        "SELECT message_id, chat_id, content FROM messages WHERE message_id = %s AND role = 'user'",
+        (message_id,),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise NotGrounded("that is not something the user said (no user message to quote)")
+    return row
+
+
+def _grounded_quote(fact: str, quote: str, message: str) -> str:
+    """The exact span of `message` that `quote` copies, checked to be about `fact`; NotGrounded if
+    the quote is not in the message or shares no meaningful word with the fact (a real sentence
+    with an invented fact attached). Meaning alone is not enough: all-MiniLM-L6-v2 puts "The
+    user's favourite meat is steak" as close to "I'm vegetarian" (0.50) as "The user's home is
+    Porto" to "I live in Porto" (0.64) is to its source, so no similarity threshold separates a
+    paraphrase from a contradiction on the same topic."""
+    span = find_quote(quote, message)
+    if span is None:
+        raise NotGrounded(
+            "that is not something the user said: the quote is not in the user's message"
+        )
+    if not shares_a_word(fact, span):
+        raise NotGrounded("that is not something the user said: the quote does not state that fact")
+    return span
+
+
+async def save_grounded_memory(
     pool: AsyncConnectionPool,
     embedder: Embedder,
     content: str,
-    source_chat_id: uuid.UUID | None = None,
-    source_message_id: uuid.UUID | None = None,
+    quote: str,
+    message_id: uuid.UUID,
+    supersedes: uuid.UUID | None = None,
 ) -> SaveResult:
-    """Store one fact unless a memory saying the same is already stored (see `SaveResult`).
+    """Store one fact with its evidence, unless a current memory already says the same.
 
-    Whitespace is normalized; ValueError if the fact is empty or over 500 characters. The source
-    ids are kept if that chat and message still exist, else left empty (deleting a chat mid-turn
-    must not make the save fail).
+    `quote` must be found in the user message `message_id` and be about the fact (see
+    `_grounded_quote`); the span stored is the message's own text. With `supersedes`, that
+    current memory is closed in the same transaction (valid_to now, superseded_by the new one),
+    and is not counted as a duplicate. Raises NotGrounded, or ValueError for an empty or too long
+    fact.
     """
     text = normalize_memory(content)
-    # Embed before taking the lock: the model is the slow part and needs no database state.
-    vector = _check_embedding((await embedder.embed_documents([text]))[0])
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        message = await _user_message(cur, message_id)
+    # Check and embed before the transaction: the model is the slow part and needs no lock.
+    span = _grounded_quote(text, quote, message["content"])
+    vector = check_embedding((await embedder.embed_documents([text]))[0])
+    try:
+        async with (
+            pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            # Held until the transaction ends, so a concurrent save of the same fact (another
+            # request, another server process) checks only after this one's row is committed.
+            await cur.execute("SELECT pg_advisory_xact_lock(%s)", (SAVE_LOCK_KEY,))
+            await cur.execute(
+                NEAREST_SQL, {"vector": vector, "model": embedder.model_name, "limit": 2}
+            )
+            for nearest in await cur.fetchall():
+                similarity = 1.0 - float(nearest.pop("distance"))
+                if nearest["memory_id"] != supersedes and similarity >= DUPLICATE_SIMILARITY:
+                    return SaveResult(saved=False, memory=nearest, similarity=similarity)
+            await cur.execute(
+                "INSERT INTO memories"
+                " (content, quote, embedding, embed_model, source_chat_id, source_message_id)"
+                " VALUES (%(content)s, %(quote)s, %(vector)s, %(model)s, %(chat)s, %(message)s)"
+                f" RETURNING {MEMORY_COLUMNS}",
+                {
+                    "content": text,
+                    "quote": span,
+                    "vector": vector,
+                    "model": embedder.model_name,
+                    "chat": message["chat_id"],
+                    "message": message["message_id"],
+                },
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            superseded = None
+            if supersedes is not None:
+                await cur.execute(
+                    "UPDATE memories SET valid_to = now(), superseded_by = %s, updated_at = now()"
+                    f" WHERE memory_id = %s AND valid_to IS NULL RETURNING {MEMORY_COLUMNS}",
+                    (row["memory_id"], supersedes),
+                )
+                superseded = await cur.fetchone()
+    except psycopg.errors.ForeignKeyViolation:  # the chat was deleted meanwhile
+        raise NotGrounded("the message this fact came from was deleted") from None
+    return SaveResult(saved=True, memory=row, superseded=superseded)
+
+
+async def update_memory(
+    pool: AsyncConnectionPool,
+    embedder: Embedder,
+    memory_id: uuid.UUID,
+    content: str | None = None,
+    quote: str | None = None,
+    message_id: uuid.UUID | None = None,
+) -> dict[str, Any] | None:
+    """Change a memory's text (re-embedded) and/or its evidence; None if there is no such memory.
+
+    A new `quote` must be found in the memory's source message, or in `message_id` when given (the
+    evidence then moves to that message: an extraction making a fact more precise). NotGrounded
+    otherwise, also when the source message was deleted.
+    """
+    text = normalize_memory(content) if content is not None else None
+    vector = check_embedding((await embedder.embed_documents([text]))[0]) if text else None
     async with (
         pool.connection() as conn,
         conn.transaction(),
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        # Held until the transaction ends, so a concurrent save of the same fact (another
-        # request, another server process) checks only after this one's row is committed.
-        await cur.execute("SELECT pg_advisory_xact_lock(%s)", (SAVE_LOCK_KEY,))
-        await cur.execute(NEAREST_SQL, {"vector": vector, "model": embedder.model_name, "limit": 1})
-        nearest = await cur.fetchone()
-        if nearest is not None:
-            similarity = 1.0 - float(nearest.pop("distance"))
-            if similarity >= DUPLICATE_SIMILARITY:
-                return SaveResult(saved=False, memory=nearest, similarity=similarity)
         await cur.execute(
-            "INSERT INTO memories"
-            " (content, embedding, embed_model, source_chat_id, source_message_id)"
-            " VALUES (%(content)s, %(vector)s, %(model)s,"
-            " (SELECT chat_id FROM chats WHERE chat_id = %(chat)s),"
-            " (SELECT message_id FROM messages WHERE message_id = %(message)s))"
-            f" RETURNING {_MEMORY_COLUMNS}",
-            {
-                "content": text,
-                "vector": vector,
-                "model": embedder.model_name,
-                "chat": source_chat_id,
-                "message": source_message_id,
-            },
+            "SELECT memory_id, content, source_message_id FROM memories WHERE memory_id = %s"
+            " FOR UPDATE",
+            (memory_id,),
         )
-        row = await cur.fetchone()
-    assert row is not None
-    return SaveResult(saved=True, memory=row)
-
-
-def ef_search_sql(limit: int, ef_search: int = EF_SEARCH) -> str:
-    """The statement setting the HNSW search breadth for the current transaction (never below
-    `limit`: the index returns at most ef_search rows; pgvector allows up to 1000)."""
-    return f"SET LOCAL hnsw.ef_search = {min(max(int(limit), int(ef_search)), 1000)}"
-
-
-# Any of the query's words (plainto_tsquery joins them with AND, which a question rarely meets).
-# Each CTE is a shape its index answers: ORDER BY `<=>` LIMIT (HNSW) and `@@` (GIN).
-HYBRID_SQL = f"""
-WITH query AS (
-    SELECT replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::tsquery AS words
-), by_meaning AS (
-    SELECT memory_id, row_number() OVER (ORDER BY distance) AS rank FROM (
-        SELECT memory_id, embedding <=> %(vector)s AS distance FROM memories
-        WHERE embed_model = %(model)s ORDER BY embedding <=> %(vector)s LIMIT %(candidates)s
-    ) nearest
-), by_words AS (
-    SELECT memory_id, row_number() OVER (ORDER BY score DESC, memory_id) AS rank FROM (
-        SELECT memory_id, ts_rank_cd(content_words, query.words) AS score FROM memories, query
-        WHERE content_words @@ query.words ORDER BY score DESC LIMIT %(candidates)s
-    ) matching
-), fused AS (
-    SELECT memory_id, sum(1.0 / (%(rrf_k)s + rank)) AS score
-    FROM (SELECT * FROM by_meaning UNION ALL SELECT * FROM by_words) ranks GROUP BY memory_id
-)
-SELECT {_MEMORY_COLUMNS}, embedding <=> %(vector)s AS distance
-FROM fused JOIN memories USING (memory_id)
-WHERE embedding <=> %(vector)s <= %(max_distance)s AND embed_model = %(model)s
-ORDER BY fused.score DESC, distance LIMIT %(limit)s
-"""
-
-
-async def retrieve_memories(
-    pool: AsyncConnectionPool,
-    embedder: QueryEmbedder,
-    query: str,
-    limit: int = 5,
-    ef_search: int = EF_SEARCH,
-) -> list[RetrievedMemory]:
-    """Up to `limit` memories most relevant to `query` (by meaning and shared words, see
-    `CANDIDATES`), best first.
-
-    Memories less similar in meaning than `RELEVANCE_FLOOR` are left out, so an unrelated query
-    returns nothing; the floor applies to the candidates the indexes return, so it never makes
-    them return fewer (the only other filter, the embedding model, matches every row after
-    start-up's re-embedding). `ef_search`: see `EF_SEARCH`. ValueError if the query is empty or
-    `limit` is below 1.
-    """
-    text = " ".join(query.split())
-    if not text:
-        raise ValueError("The memory search query can't be empty")
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, not {limit}")
-    vector = _check_embedding(await embedder.embed_query(text))
-    candidates = max(limit, CANDIDATES)
-    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        # Pipelined: BEGIN, the setting (for this transaction only), the search and COMMIT go to
-        # the server together instead of one round trip each.
-        async with conn.pipeline(), conn.transaction():
-            await conn.execute(ef_search_sql(candidates, ef_search))
+        current = await cur.fetchone()
+        if current is None:
+            return None
+        values: dict[str, Any] = {}
+        if text is not None:
+            values |= {"content": text, "embedding": vector, "embed_model": embedder.model_name}
+        if quote is not None:
+            source = message_id or current["source_message_id"]
+            if source is None:
+                raise NotGrounded("the message this memory came from was deleted")
+            message = await _user_message(cur, source)
+            fact = text or current["content"]
+            values |= {
+                "quote": _grounded_quote(fact, quote, message["content"]),
+                "source_message_id": message["message_id"],
+                "source_chat_id": message["chat_id"],
+            }
+        if not values:
             await cur.execute(
-                HYBRID_SQL,
-                {
-                    "text": text,
-                    "vector": vector,
-                    "model": embedder.model_name,
-                    "candidates": candidates,
-                    "rrf_k": RRF_K,
-                    "max_distance": 1.0 - RELEVANCE_FLOOR,
-                    "limit": limit,
-                },
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE memory_id = %s", (memory_id,)
             )
-        rows = await cur.fetchall()
-    return [
-        RetrievedMemory(
-            memory_id=row["memory_id"],
-            content=row["content"],
-            similarity=1.0 - float(row["distance"]),
-            created_at=row["created_at"],
+            return await cur.fetchone()
+        # Column names come from the fixed keys above, never from the caller.
+        assignments = sql.SQL(", ").join(
+            sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder(name))
+            for name in values
         )
-        for row in rows
-    ]
+        await cur.execute(
+            sql.SQL(
+                "UPDATE memories SET {}, updated_at = now() WHERE memory_id = {} RETURNING {}"
+            ).format(assignments, sql.Placeholder("memory_id"), sql.SQL(MEMORY_COLUMNS)),
+            {**values, "memory_id": memory_id},
+        )
+        return await cur.fetchone()
+
+
+async def get_memory(pool: AsyncConnectionPool, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE memory_id = %s", (memory_id,)
+        )
+        return await cur.fetchone()
+
+
+async def get_memories(
+    pool: AsyncConnectionPool, memory_ids: Sequence[uuid.UUID]
+) -> list[dict[str, Any]]:
+    """The memories with these ids that still exist, in the order given."""
+    if not memory_ids:
+        return []
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE memory_id = ANY(%s)", (list(memory_ids),)
+        )
+        rows = {row["memory_id"]: row for row in await cur.fetchall()}
+    return [rows[i] for i in memory_ids if i in rows]
+
+
+async def list_memories(
+    pool: AsyncConnectionPool,
+    q: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    include_superseded: bool = False,
+) -> tuple[list[dict[str, Any]], int]:
+    """Memories newest first, and how many match in all; `q` finds text in the fact or quote."""
+    pattern = None
+    if q and q.strip():
+        escaped = q.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        pattern = f"%{escaped}%"
+    where = (
+        " WHERE (%(history)s OR valid_to IS NULL)"
+        " AND (%(pattern)s::text IS NULL OR content ILIKE %(pattern)s OR quote ILIKE %(pattern)s)"
+    )
+    params = {"history": include_superseded, "pattern": pattern, "limit": limit, "offset": offset}
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        async with conn.pipeline():
+            await cur.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories{where}"
+                " ORDER BY created_at DESC, memory_id LIMIT %(limit)s OFFSET %(offset)s",
+                params,
+            )
+            rows = await cur.fetchall()
+            await cur.execute(f"SELECT count(*) AS n FROM memories{where}", params)
+            total = await cur.fetchone()
+        await conn.commit()
+    return rows, int(total["n"]) if total else 0
+
+
+async def delete_memory(pool: AsyncConnectionPool, memory_id: uuid.UUID) -> bool:
+    async with pool.connection() as conn:
+        cursor = await conn.execute("DELETE FROM memories WHERE memory_id = %s", (memory_id,))
+        return cursor.rowcount > 0
+
+
+async def delete_chat_memories(conn: Any, chat_id: uuid.UUID) -> int:
+    """Delete the memories that came from a chat (within the caller's transaction)."""
+    cursor = await conn.execute("DELETE FROM memories WHERE source_chat_id = %s", (chat_id,))
+    return max(cursor.rowcount, 0)
+
+
+async def forget_token(pool: AsyncConnectionPool) -> str:
+    """A token naming the memories as they are now: "forget everything" must quote it, so a
+    memory saved after the user looked (or a stale page) makes the request fail instead of
+    deleting what the user never saw."""
+    async with pool.connection() as conn:
+        return await _forget_token(conn)
+
+
+async def _forget_token(conn: Any) -> str:
+    cursor = await conn.execute("SELECT count(*), max(updated_at), max(created_at) FROM memories")
+    count, updated, created = await cursor.fetchone() or (0, None, None)
+    digest = hashlib.sha256(f"{count}|{updated}|{created}".encode()).hexdigest()[:16]
+    return f"{count}-{digest}"
+
+
+async def forget_all(pool: AsyncConnectionPool, token: str) -> int | None:
+    """Delete every memory if `token` is the current `forget_token`; how many, or None."""
+    async with pool.connection() as conn, conn.transaction():
+        # One at a time: a save between the check and the delete would be lost unseen.
+        await conn.execute("LOCK TABLE memories IN SHARE ROW EXCLUSIVE MODE")
+        if token != await _forget_token(conn):
+            return None
+        cursor = await conn.execute("DELETE FROM memories")
+        return max(cursor.rowcount, 0)
 
 
 async def reembed_stale_memories(pool: AsyncConnectionPool, embedder: Embedder) -> int:
@@ -353,7 +444,7 @@ async def reembed_stale_memories(pool: AsyncConnectionPool, embedder: Embedder) 
                         "UPDATE memories SET embedding = %s, embed_model = %s"
                         " WHERE memory_id = %s AND content = %s AND embed_model <> %s",
                         [
-                            (_check_embedding(vector), model, memory_id, content, model)
+                            (check_embedding(vector), model, memory_id, content, model)
                             for (memory_id, content), vector in zip(batch, vectors, strict=True)
                         ],
                     )

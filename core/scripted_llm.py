@@ -11,12 +11,15 @@ router, graph, database and embedder run above it. A turn is a dict:
   `chunks` too, it fails after streaming them (a reply cut short);
 - `"delay": seconds` (optional, any turn): a pause before each piece, to test streaming and stops.
 
-The model name `scripted/down` always fails without consuming a turn: a stand-in for a provider
-that is down, to exercise the Router's fallbacks. Turns come from `SCRIPTED_TURNS_FILE` (a JSON
+`scripted/memory` (memory extraction) has a queue of its own, filled with `push_for("memory", …)`
+(empty, it answers that there is nothing to remember), and records its calls in `own_calls`. The
+model name `scripted/down` always fails without consuming a turn: a stand-in for a provider that
+is down, to exercise the Router's fallbacks. Turns come from `SCRIPTED_TURNS_FILE` (a JSON
 list) when the server starts, or from `push()` in in-process tests. When no turn is queued, a
 `responder` (if set) writes one from the call itself: `responder(model, messages)` returns a turn.
 Concurrent conversations (`bench/turn.py`) use it, as a shared queue would hand one chat's turn to
-another. Every call is recorded in `calls` (up to `MAX_RECORDED_CALLS`, the latest kept).
+another. Every call is recorded in `calls` (model, messages, tools, max_tokens and
+response_format; up to `MAX_RECORDED_CALLS`, the latest kept).
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ from core.inprocess_provider import (
 ScriptedTurn = dict[str, Any]
 Responder = Callable[[str, list[dict[str, Any]]], ScriptedTurn]
 
+# Memory extraction runs after every reply, at a moment tests do not control: it has a queue of its
+# own (`push_for("memory", ...)`), and with nothing queued it finds no fact to remember.
+OWN_QUEUE_DEFAULTS: dict[str, ScriptedTurn] = {"memory": {"text": '{"operations": []}'}}
+
 MAX_RECORDED_CALLS = 1000  # a long benchmark must not keep every prompt it sent
 
 
@@ -50,7 +57,11 @@ class ScriptedProvider(InProcessProvider):
     def __init__(self, turns_file: Path | None = None) -> None:
         super().__init__()
         self._turns: deque[ScriptedTurn] = deque()
+        # Models with a queue of their own (`push_for`): they never take a turn from the shared
+        # queue, and answer `OWN_QUEUE_DEFAULTS[model]` when theirs is empty.
+        self._own: dict[str, deque[Any]] = {m: deque() for m in OWN_QUEUE_DEFAULTS}
         self.calls: list[dict[str, Any]] = []
+        self.own_calls: dict[str, list[dict[str, Any]]] = {m: [] for m in OWN_QUEUE_DEFAULTS}
         self.responder: Responder | None = None
         if turns_file is not None:
             self.push(*json.loads(turns_file.read_text(encoding="utf-8")))
@@ -59,8 +70,17 @@ class ScriptedProvider(InProcessProvider):
         """Queue turns to be consumed by the next calls, in order."""
         self._turns.extend(turns)
 
+    def push_for(self, model: str, *turns: ScriptedTurn | Responder) -> None:
+        """Queue turns for one model with a queue of its own (`memory`); a turn may be a
+        responder, called with the request when its turn comes."""
+        self._own[model].extend(turns)
+
     def reset(self) -> None:
         self._turns.clear()
+        for queue in self._own.values():
+            queue.clear()
+        for calls in self.own_calls.values():
+            calls.clear()
         self.calls.clear()
         self.responder = None
 
@@ -71,19 +91,30 @@ class ScriptedProvider(InProcessProvider):
     async def generate(
         self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
     ) -> AsyncIterator[ProviderEvent]:
-        self.calls.append(
+        # A model with a queue of its own records its calls apart too (`own_calls`), so a test
+        # counting the chat's calls is not thrown by an extraction running meanwhile.
+        calls = self.own_calls[model] if model in self._own else self.calls
+        calls.append(
             {
                 "model": model,
                 "messages": messages,
                 "tools": params.get("tools"),
                 "max_tokens": params.get("max_tokens"),
+                # As LiteLLM handed it on, so tests can assert a JSON reply (of what shape)
+                # was asked for.
+                "response_format": params.get("response_format"),
             }
         )
-        if len(self.calls) > MAX_RECORDED_CALLS:
-            del self.calls[: len(self.calls) - MAX_RECORDED_CALLS]
+        if len(calls) > MAX_RECORDED_CALLS:
+            del calls[: len(calls) - MAX_RECORDED_CALLS]
         if model == "down":
             raise ProviderFailure("scripted provider 'down' is unavailable")
-        if self._turns:
+        if model in self._own:
+            own = self._own[model]
+            turn = own.popleft() if own else OWN_QUEUE_DEFAULTS[model]
+            if callable(turn):  # written from the call itself (e.g. naming a memory it was shown)
+                turn = turn(model, messages)
+        elif self._turns:
             turn = self._turns.popleft()
         elif self.responder is not None:
             turn = self.responder(model, messages)

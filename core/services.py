@@ -16,10 +16,19 @@ from typing import Any
 
 from litellm import Router
 
+from core import memory_jobs
 from core.config import Settings
 from core.db import Database
-from core.llm_router import ModelPlan, build_router, log_model_plan, plan_models, provider_handler
+from core.llm_router import (
+    ROLES,
+    ModelPlan,
+    build_router,
+    log_model_plan,
+    plan_models,
+    provider_handler,
+)
 from core.memory_store import reembed_stale_memories
+from core.preferences import memory_paused
 from core.tracing import configure_tracing
 from rag.embedder import Embedder
 from rag.search_providers import SearchProvider, provider_from_settings
@@ -45,10 +54,15 @@ class Services:
         report = {
             "database": {"description": self.database.description, **database},
             "embedder": {"model": self.embedder.model_name, "state": self.embedder.state},
-            "models": {role: self.model_plan.describe(role) for role in ("chat", "utility")},
+            "models": {role: self.model_plan.describe(role) for role in ROLES},
             "local_model": _local_model_state(local),
             "features": self.features,
         }
+        if database.get("ok"):
+            report["memory"] = {
+                "paused": await memory_paused(self.database.pool),
+                "pending_extractions": await memory_jobs.pending(self.database.pool),
+            }
         report["ok"] = bool(database.get("ok")) and self.embedder.state == "ready"
         return report
 

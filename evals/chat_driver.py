@@ -1,6 +1,6 @@
 """Send one message through the real chat flow (runner + graph) in-process, as the server does
 for POST /api/messages, and collect what the user would see: the saved reply, its sources, the
-tool calls, the steps and the time taken."""
+tool calls, the steps, the memories the reply used and the time taken."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ class Exchange:
     sources: list[dict[str, Any]]
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # tool_start events
     seconds: float = 0.0
+    user_message_id: uuid.UUID | None = None  # the message sent (what extraction reads)
+    message_id: uuid.UUID | None = None  # the saved reply
+    # The memories recalled into the reply's prompt or retrieved by retrieve_memory, as saved
+    # with it (messages.memory_ids: what "Used 2 memories" shows).
+    memory_ids: list[uuid.UUID] = field(default_factory=list)
 
     def calls_of(self, tool: str) -> list[dict[str, Any]]:
         return [call for call in self.tool_calls if call.get("name") == tool]
@@ -57,4 +62,7 @@ async def ask(
         sources=list(saved["sources"]) if saved else [],
         tool_calls=tool_calls,
         seconds=seconds,
+        user_message_id=turn.context.user_message_id,
+        message_id=saved["message_id"] if saved else None,
+        memory_ids=list(saved["memory_ids"]) if saved else [],
     )

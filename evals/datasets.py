@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -65,6 +66,14 @@ class Session:
     def date(self) -> str:
         """The day only ("8 May, 2023")."""
         return self.date_time.split(" on ", 1)[-1]
+
+    @property
+    def started(self) -> datetime | None:
+        """When the session took place (UTC: the data names no time zone), None if unreadable."""
+        try:
+            return datetime.strptime(self.date_time, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)

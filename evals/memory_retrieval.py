@@ -1,6 +1,7 @@
-"""Suite `memory-retrieval`: does `retrieve_memory` find the turns that answer a question?
+"""Suite `memory-retrieval`: does `retrieve_memory` find the turns that answer a question, and
+nothing for a question about something else?
 
-    python -m evals memory-retrieval [--data PATH] [--limit N]
+    python -m evals memory-retrieval [--data PATH] [--limit N] [--unrelated N]
 
 LoCoMo conversations stand in for a user's memories: every turn is stored in the real memory store
 (Postgres + pgvector, through the real embedder) as one memory, "<speaker> on <date>: <text>". Each
@@ -15,6 +16,11 @@ Baselines in the same run: BM25 (bm25s, the tokenizer web search uses) over the 
 and "vectors only", retrieve_memory's vector half alone (what it was before it became hybrid).
 Each conversation is stored alone (the store is emptied in between). `--limit` takes that many
 questions spread evenly over the file. No language model is needed.
+
+Precision: `--unrelated N` SQuAD questions (../shared/evaldata/squad, about five Wikipedia
+articles; spread evenly, 300 by default, 0 for none) are searched in every conversation too, with
+the app's limit of 5; the share that returns nothing is what keeps the automatic recall before
+every reply quiet when the message has nothing to do with the user's memories.
 """
 
 from __future__ import annotations
@@ -28,13 +34,15 @@ from typing import Any
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from core import memory_store
+from core import memory_search, memory_store
 from evals.datasets import (
     LOCOMO_CATEGORIES,
     LOCOMO_FILE,
+    SQUAD_FILE,
     Conversation,
     LocomoQuestion,
     load_locomo,
+    load_squad,
     sample,
 )
 from evals.metrics import mean_by, recall_at, reciprocal_rank
@@ -46,6 +54,19 @@ from rag.search_providers import BM25Scorer
 DEFAULT_DATA = LOCOMO_FILE
 RETRIEVED = 10  # enough for recall@10; the tool itself asks for 5
 METHODS = ("retrieve_memory", "vectors only", "BM25 baseline")
+UNRELATED = 300  # SQuAD questions per conversation: 900 searches, about 10 s
+UNRELATED_RETRIEVED = 5  # what the automatic recall and the tool ask for
+# BM25 returns every memory sharing a word, so it has no "nothing found" to measure.
+UNRELATED_METHODS = ("retrieve_memory", "vectors only")
+
+
+def add_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--unrelated",
+        type=int,
+        default=UNRELATED,
+        help=f"SQuAD questions searched in each conversation, for precision (default {UNRELATED})",
+    )
 
 
 def memory_text(speaker: str, date: str, text: str) -> str:
@@ -78,19 +99,22 @@ async def store_conversation(
 
 
 async def nearest_by_meaning(
-    pool: AsyncConnectionPool, embedder: Embedder, question: str, stored: StoredConversation
-) -> list[str]:
+    pool: AsyncConnectionPool,
+    embedder: memory_store.QueryEmbedder,
+    question: str,
+    limit: int = RETRIEVED,
+) -> list[uuid.UUID]:
     """The vector half of retrieve_memory alone (its search before it became hybrid), with the
-    same relevance floor: what the fusion adds is the difference."""
+    same relevance floor: what the word half adds is the difference."""
     vector = await embedder.embed_query(question)
     async with pool.connection() as conn:
         cursor = await conn.execute(
             memory_store.NEAREST_SQL,
-            {"vector": vector, "model": embedder.model_name, "limit": RETRIEVED},
+            {"vector": vector, "model": embedder.model_name, "limit": limit},
         )
         rows = await cursor.fetchall()
-    floor = 1.0 - memory_store.RELEVANCE_FLOOR
-    return [stored.turn_of_memory[row[0]] for row in rows if row[-1] <= floor]
+    floor = 1.0 - memory_search.RELEVANCE_FLOOR
+    return [row[0] for row in rows if row[-1] <= floor]
 
 
 def scores(ranked: Sequence[str], evidence: set[str]) -> dict[str, float]:
@@ -102,13 +126,34 @@ def scores(ranked: Sequence[str], evidence: set[str]) -> dict[str, float]:
     }
 
 
+class CachedQueries:
+    """The embedder, with each query embedded once: the unrelated questions are searched in every
+    conversation, by two methods."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.model_name = embedder.model_name
+        self._vectors: dict[str, np.ndarray] = {}
+
+    async def embed_documents(self, texts: list[str]) -> Sequence[np.ndarray]:
+        return await self.embedder.embed_documents(texts)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        if text not in self._vectors:
+            self._vectors[text] = await self.embedder.embed_query(text)
+        return self._vectors[text]
+
+
 async def evaluate(
     pool: AsyncConnectionPool,
     embedder: Embedder,
     conversations: list[Conversation],
     limit: int | None = None,
+    unrelated: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Per method, per category and overall: mean scores over the (sampled) questions."""
+    """Per method, per category and overall: mean scores over the (sampled) questions; with
+    `unrelated` questions, per method the share of their searches (in every conversation) that
+    found nothing and the mean number of memories found."""
     asked: list[tuple[Conversation, LocomoQuestion]] = []
     for conversation in conversations:
         known = {t.id for s in conversation.sessions for t in s.turns}
@@ -119,34 +164,54 @@ async def evaluate(
         ]
     asked = sample(asked, limit)
     rows: dict[str, list[tuple[str, dict[str, float]]]] = {method: [] for method in METHODS}
+    found_unrelated: dict[str, list[int]] = {method: [] for method in UNRELATED_METHODS}
+    cached = CachedQueries(embedder)
     memories = 0
     for conversation in conversations:
         questions = [q for c, q in asked if c is conversation]
-        if not questions:
+        if not questions and not unrelated:
             continue
         stored = await store_conversation(pool, embedder, conversation)
         memories += len(stored.texts)
         bm25 = BM25Scorer(stored.texts)
         for question in questions:
             evidence = set(question.evidence)
-            found = await memory_store.retrieve_memories(
+            found = await memory_search.retrieve_memories(
                 pool, embedder, question.question, limit=RETRIEVED
             )
             hybrid = [stored.turn_of_memory[m.memory_id] for m in found]
-            dense = await nearest_by_meaning(pool, embedder, question.question, stored)
+            nearest = await nearest_by_meaning(pool, embedder, question.question)
+            dense = [stored.turn_of_memory[memory_id] for memory_id in nearest]
             keyword_scores = bm25.scores(question.question)
             order = np.argsort(-keyword_scores, kind="stable")[:RETRIEVED]
             keyword = [stored.turn_ids[i] for i in order if keyword_scores[i] > 0]
             rows["retrieve_memory"].append((question.category_name, scores(hybrid, evidence)))
             rows["vectors only"].append((question.category_name, scores(dense, evidence)))
             rows["BM25 baseline"].append((question.category_name, scores(keyword, evidence)))
+        for text in unrelated or []:
+            found = await memory_search.retrieve_memories(
+                pool, cached, text, limit=UNRELATED_RETRIEVED
+            )
+            found_unrelated["retrieve_memory"].append(len(found))
+            nearest = await nearest_by_meaning(pool, cached, text, UNRELATED_RETRIEVED)
+            found_unrelated["vectors only"].append(len(nearest))
     return {
         "questions": len(asked),
         "memories_stored": memories,
         "retrieved_per_question": RETRIEVED,
-        "relevance_floor": memory_store.RELEVANCE_FLOOR,
+        "relevance_floor": memory_search.RELEVANCE_FLOOR,
         "embedder": embedder.describe(),
         "by_method": {method: mean_by(rows[method]) for method in METHODS},
+        "unrelated_questions": len(unrelated or []),
+        "unrelated": {
+            method: {
+                "n": len(counts),
+                "empty": float(np.mean([not n for n in counts])),
+                "mean_found": float(np.mean(counts)),
+            }
+            for method, counts in found_unrelated.items()
+            if counts
+        },
     }
 
 
@@ -173,13 +238,30 @@ def tables(results: dict[str, Any]) -> list[Table]:
                     f"{row['empty']:.0%}",
                 ]
             )
-    return [table]
+    if not results.get("unrelated"):
+        return [table]
+    precision = Table(
+        f"Unrelated questions: {results['unrelated_questions']} SQuAD questions searched in each"
+        f" conversation, first {UNRELATED_RETRIEVED} results",
+        ["method", "searches", "found nothing", "memories found (mean)"],
+    )
+    for method, row in results["unrelated"].items():
+        precision.rows.append([method, row["n"], f"{row['empty']:.1%}", row["mean_found"]])
+    return [table, precision]
+
+
+def unrelated_questions(count: int) -> list[str]:
+    """`count` SQuAD questions spread evenly over the file (none if it is missing)."""
+    if count < 1 or not SQUAD_FILE.is_file():
+        return []
+    return sample([q.question for q in load_squad(SQUAD_FILE).questions], count)
 
 
 async def run(args: argparse.Namespace) -> Report:
     conversations = load_locomo(args.data)
+    unrelated = unrelated_questions(args.unrelated)
     async with Embedder() as embedder, scratch_database() as database:
-        results = await evaluate(database.pool, embedder, conversations, args.limit)
+        results = await evaluate(database.pool, embedder, conversations, args.limit, unrelated)
     return Report(
         "memory-retrieval",
         args.data,
@@ -187,8 +269,11 @@ async def run(args: argparse.Namespace) -> Report:
         results,
         {"embedder": embedder.describe()},
         [
-            f"retrieve_memory: hybrid (pgvector HNSW cosine + Postgres full-text, RRF), relevance"
-            f" floor {memory_store.RELEVANCE_FLOOR}, first {RETRIEVED} results; vectors only: the"
-            " HNSW half alone, same floor; BM25: bm25s over the same memory texts.",
+            f"retrieve_memory: hybrid (pgvector HNSW cosine + Postgres full-text with IDF, each"
+            f" candidate scored on both, weight {memory_search.MEANING_WEIGHT} on meaning),"
+            f" relevance floor {memory_search.RELEVANCE_FLOOR} or a word match covering"
+            f" {memory_search.WORDS_MIN_COVERAGE:.0%} of the query's IDF (cosine at least"
+            f" {memory_search.WORDS_FLOOR}), first {RETRIEVED} results; vectors only: the HNSW"
+            " half alone, cosine floor only; BM25: bm25s over the same memory texts.",
         ],
     )

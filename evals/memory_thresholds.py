@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import memory_store
+from core import memory_search, memory_store
 from evals import datasets
 from rag.embedder import Embedder
 
@@ -237,7 +237,7 @@ def report_floor(
     data: FloorData, conversations: list[Conversation], n_offtopic: int, own: HandWritten
 ) -> float:
     recommended = recommend_floor(data)
-    current = memory_store.RELEVANCE_FLOOR
+    current = memory_search.RELEVANCE_FLOOR
     n_turns = sum(len(c.turn_ids) for c in conversations)
     n_questions = sum(len(c.questions) for c in conversations)
     print("## RELEVANCE_FLOOR\n")

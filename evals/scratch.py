@@ -50,4 +50,6 @@ async def scratch_services(**overrides: object) -> AsyncIterator[Services]:
 async def forget_everything(pool: AsyncConnectionPool) -> None:
     """Empty the store between conversations: memories are global to an install."""
     async with pool.connection() as conn:
-        await conn.execute("TRUNCATE memories, messages, chats")
+        # memory_jobs too: it references messages (migration 0004), and TRUNCATE refuses to empty a
+        # table another one not in the list refers to.
+        await conn.execute("TRUNCATE memories, memory_jobs, messages, chats")

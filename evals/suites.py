@@ -14,6 +14,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.evidence_check",
         "the utility model's 'enough evidence?' verdict on answerable and unanswerable questions",
     ),
+    "memory-extraction": (
+        "evals.memory_extraction",
+        "replay LoCoMo turns as user messages, then extraction: grounding, coverage, latency",
+    ),
     "memory-qa": (
         "evals.memory_qa",
         "replay a LoCoMo conversation through the chat graph, then ask its questions in a new chat",

@@ -63,9 +63,10 @@ async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Servi
     for phase in report.of("baseline"):
         assert phase.round_trips == 0
     for phase in report.of("resolveai") + report.of("resolveai + embeddings"):
-        # A message claims its chat, saves two messages, reads its history and releases the chat.
-        assert 5 <= phase.round_trips_per_turn <= 20
-    assert 5 <= sum(report.breakdown.values()) <= 20
+        # A message claims its chat, saves two messages, reads its history and releases the chat;
+        # after the reply, its memory extraction claims the job, reads the message and finishes.
+        assert 5 <= phase.round_trips_per_turn <= 25
+    assert 5 <= sum(report.breakdown.values()) <= 25
     assert any("add_message" in label for label in report.breakdown)
 
     # The embeddings phase embeds; the table shows every row.

@@ -109,9 +109,11 @@ async def test_web_note_reaches_the_model_not_the_database(model, chat_services)
 
 
 async def test_memory_saved_in_one_chat_is_recalled_in_another(client, model) -> None:
-    fact = f"The user's cat is called Miso-{uuid.uuid4().hex[:6]}"
-    model.push(tool_call("save_memory", content=fact), {"text": "Noted, what a lovely name."})
-    events = await send(client, "My cat is called Miso.")
+    name = f"Miso-{uuid.uuid4().hex[:6]}"
+    fact = f"The user's cat is called {name}"
+    said = f"My cat is called {name}"
+    model.push(tool_call("save_memory", content=fact, quote=said), {"text": "Noted, lovely name."})
+    events = await send(client, f"Please remember: {said.lower()}.")
     assert "tool_start" in types(events) and "tool_end" in types(events)
     first_chat = events[0]["chat_id"]
 
@@ -123,13 +125,19 @@ async def test_memory_saved_in_one_chat_is_recalled_in_another(client, model) ->
     saved = await messages_of(client, events[0]["chat_id"])
     assert saved[1]["tool_calls"][0]["name"] == "retrieve_memory"
     assert saved[1]["content"] == "Miso!"
+    # The reply records the memory it used; the quote kept is the user's own casing.
+    assert [m["content"] for m in saved[1]["memories"]] == [fact]
+    listed = (await client.get("/api/memories", params={"q": name})).json()["memories"]
+    assert [m["quote"] for m in listed] == [said.lower()]
     steps = [s["text"] for s in saved[1]["steps"]]
     assert "Looking up what I know about you" in steps
 
 
 async def test_failing_tool_gives_the_model_an_error_and_the_turn_goes_on(client, model) -> None:
     model.push(
-        tool_call("save_memory", content="x" * 600), tool_call("no_such_tool"), {"text": "Sorry."}
+        tool_call("save_memory", content="x" * 600, quote="this very long thing"),
+        tool_call("no_such_tool"),
+        {"text": "Sorry."},
     )
     events = await send(client, "Remember this very long thing")
     ends = [e for e in events if e["type"] == "tool_end"]

@@ -131,8 +131,16 @@ async def test_memory_longer_than_500_characters_is_rejected(pool: AsyncConnecti
     async with pool.connection() as conn:
         with pytest.raises(psycopg.errors.CheckViolation):
             await conn.execute(
-                "INSERT INTO memories (content, embedding, embed_model) VALUES (%s, %s, %s)",
+                "INSERT INTO memories (content, quote, embedding, embed_model)"
+                " VALUES (%s, 'x', %s, %s)",
                 ("x" * 501, vector, model),
+            )
+        await conn.rollback()
+        # ... and a memory without its quote, whatever inserts it.
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            await conn.execute(
+                "INSERT INTO memories (content, embedding, embed_model) VALUES ('x', %s, %s)",
+                (vector, model),
             )
         await conn.rollback()
     # ... and add_memory says so plainly; 500 characters (even multi-byte ones) are fine.

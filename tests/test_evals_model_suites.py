@@ -1,17 +1,25 @@
-"""The model suites `evidence-check` and `web-answers` end to end on the scripted model: the real
-chunker, ranker, embedder, router, chat graph and `pages` search provider, over a tiny data file in
-the SQuAD pages format (two invented pages, one answerable and one unanswerable question), so the
+"""The model suites `evidence-check`, `web-answers` and `memory-extraction` end to end on the
+scripted model: the real chunker, ranker, embedder, router, chat graph, memory worker and store and
+`pages` search provider, over tiny invented data files (SQuAD's pages format: two pages, one
+answerable and one unanswerable question; LoCoMo's format: a two-session conversation), so the
 expected scores follow from what the scripted model is made to say.
 
 The scripted queue is consumed in call order: for evidence-check one `utility` verdict per question
 (answerable first); for web-answers the chat model's search, the verdict, the answer, and so on.
+The memory model has a queue of its own, here one callable per extraction that answers from the
+message it is shown.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import re
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +28,15 @@ import yaml
 from litellm import Router
 
 from core.config import Settings
+from core.db import Database
+from core.grounding import find_quote
 from core.llm_router import ModelPlan, plan_models
+from core.prompts import memory_extraction_request
 from core.scripted_llm import ScriptedProvider
 from core.services import Services
-from evals import evidence_check, web_answers
-from evals.datasets import load_squad
+from evals import evidence_check, memory_extraction, report, web_answers
+from evals.__main__ import main as evals_main
+from evals.datasets import load_locomo, load_squad
 from rag.search_providers import PagesProvider
 from rag.web_rag import CHUNKS_FOR_LOCAL_MODEL, CHUNKS_KEPT, chunks_kept_for
 from tests.conftest import SCRIPTED_MODELS
@@ -235,3 +247,320 @@ async def test_web_answers_with_a_judge(
     assert results["by_group"]["all"]["judge_unusable"] == 1
     assert results["correctness"] == "LLM judge (scripted/judge)"
     assert report.models["judge"] == "scripted/judge"
+
+
+# --- memory-extraction -------------------------------------------------------------------------
+#
+# An invented conversation in LoCoMo's format: Dana (the user) and Lee. Session 1 is opened by
+# Lee; in session 2 Dana moves (a supersede), mentions the cat again (already known) and a new
+# hobby, for which the scripted model makes up a fact citing a sentence the message lacks (refused).
+
+DANA_SESSIONS = [
+    (
+        "10:00 am on 3 March, 2024",
+        [
+            ("Lee", "Hi Dana! How was the move?"),
+            ("Dana", "Hi Lee! The move went fine. I live in Porto now, near the river."),
+            ("Lee", "Lovely. Any pets?"),
+            ("Dana", "Yes, a cat called Miso. She hates the rain."),
+            ("Lee", "Ha! Talk soon."),
+            ("Dana", "Bye!"),
+        ],
+    ),
+    (
+        "9:00 pm on 20 April, 2024",
+        [
+            ("Dana", "Big news: I moved to Lisbon last week."),
+            ("Lee", "Wow, why Lisbon?"),
+            ("Dana", "My cat Miso loves the sun there."),
+            ("Lee", "Makes sense."),
+            ("Dana", "I also started learning the cello."),
+        ],
+    ),
+]
+DANA_QUESTIONS = [  # (question, answer, evidence)
+    ("Where does Dana live?", "Lisbon", ["D2:1"]),
+    ("What is Dana's cat called?", "Miso", ["D1:4", "D2:3"]),
+    ("What did Dana start learning?", "the cello", ["D2:5"]),
+    ("Where did Dana live before?", "Porto", ["D1:2"]),
+    ("What did Lee ask about the move?", "why Lisbon", ["D2:2"]),  # Lee's turn: not Dana's evidence
+]
+
+
+@pytest.fixture
+def dana_file(tmp_path: Path) -> Path:
+    sessions = [
+        {
+            "session": number,
+            "date_time": when,
+            "turns": [
+                {"id": f"D{number}:{i}", "speaker": speaker, "text": text}
+                for i, (speaker, text) in enumerate(turns, 1)
+            ],
+        }
+        for number, (when, turns) in enumerate(DANA_SESSIONS, 1)
+    ]
+    questions = [
+        {"id": f"conv-t#{i}", "category": 4, "question": q, "answer": a, "evidence": e}
+        for i, (q, a, e) in enumerate(DANA_QUESTIONS)
+    ]
+    path = tmp_path / "conversations.json"
+    conversation = {"sample_id": "conv-t", "speaker_a": "Dana", "speaker_b": "Lee"}
+    conversation |= {"sessions": sessions, "questions": questions}
+    path.write_text(json.dumps({"conversations": [conversation]}))
+    return path
+
+
+@pytest.fixture
+async def extraction_services(
+    settings: Settings, fresh_database: str, embedder: Any, model: ScriptedProvider
+) -> Any:
+    """The app's services on a database of their own (the suite counts every memory), every
+    role scripted; `memory` has its own queue."""
+    own = settings.model_copy(
+        update={"database_url": fresh_database, "models_config": SCRIPTED_MODELS}
+    )
+    database = await Database.open(own)
+    plan = plan_models(own)
+    # Not build_router: it would register a new scripted provider, not the one `model` scripts.
+    router = Router(model_list=plan.model_list, fallbacks=plan.fallbacks, **plan.router_settings)
+    yield Services(own, database, embedder, router, plan)
+    await database.close()
+
+
+def user_message_of(messages: list[dict[str, Any]]) -> str:
+    return messages[-1]["content"].split("<user_message>\n")[1].split("\n</user_message>")[0]
+
+
+def known_number(messages: list[dict[str, Any]], words: str) -> str:
+    facts = messages[-1]["content"].split("<known_facts>\n")[1].split("\n</known_facts>")[0]
+    return next(line.split(":")[0] for line in facts.splitlines() if words in line)
+
+
+def dana_memory_model(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The memory model for Dana's messages, numbered (the design) or free-quote (--free-quote:
+    the message is plain text, and its quote for the cat is a paraphrase)."""
+    message = user_message_of(messages)
+    numbered = message.startswith("[1] ")
+
+    def op(fact: str, sentences: list[int], quote: str, **extra: str) -> dict[str, Any]:
+        cited = {"sentences": sentences} if numbered else {"quote": quote}
+        return {"op": "add", "fact": fact} | cited | extra
+
+    if "Porto" in message:
+        ops = [op("The user lives in Porto", [3], "I live in Porto now")]
+    elif "a cat called Miso" in message:
+        ops = [op("The user has a cat called Miso", [1], "I have a cat named Miso")]
+    elif "Bye" in message and not numbered:  # the free quote also offers a non-fact
+        ops = [op("Dana says goodbye", [1], "Bye!")]
+    elif "Lisbon" in message:
+        ops = [
+            op("The user lives in Lisbon", [1], "I moved to Lisbon")
+            | {"op": "supersede", "memory": known_number(messages, "Porto")}
+        ]
+    elif "loves the sun" in message:
+        ops = [op("The user has a cat called Miso", [1], "My cat Miso")]
+    elif "cello" in message:  # a fact the message does not state, citing a sentence it lacks
+        ops = [op("The user plays the violin in an orchestra", [4], "I play the violin")]
+    else:
+        ops = []
+    return {"text": json.dumps({"operations": ops})}
+
+
+async def test_memory_extraction_replays_turns_and_grades_what_was_kept(
+    extraction_services: Services, model: ScriptedProvider, dana_file: Path
+) -> None:
+    model.push_for("memory", *[dana_memory_model] * 20)
+    conversations = load_locomo(dana_file)
+    results = await memory_extraction.evaluate(extraction_services, conversations)
+
+    overall = results["overall"]
+    # Porto (later superseded), Miso, Lisbon: three rows, every quote in a user message.
+    assert overall["memories"] == 3 and overall["grounded_share"] == 1.0
+    assert overall["exact_quotes"] == 3 and results["not_grounded"] == []
+    assert overall["user_turns"] == 6 and overall["user_turns_with_memory"] == 3
+    # Dana's evidence turns: D1:2, D1:4, D2:1 covered; D2:3 already known, D2:5 refused.
+    assert (overall["evidence_turns"], overall["evidence_covered"]) == (5, 3)
+    assert overall["coverage"] == pytest.approx(0.6)
+    assert (overall["already_known"], overall["superseded"], overall["refused"]) == (1, 1, 1)
+    assert overall["extractions"] == 6 and overall["failed_attempts"] == 0
+    assert 0 < overall["seconds_p50"] <= overall["seconds_p95"]
+    assert [(s["session"], s["new"], s["evidence_covered"]) for s in results["sessions"]] == [
+        (1, 2, 2),
+        (2, 1, 1),
+    ]
+    assert results["memories"] == [
+        {"turn": "D1:2", "evidence": True, "fact": "The user lives in Porto", "current": False},
+        {
+            "turn": "D1:4",
+            "evidence": True,
+            "fact": "The user has a cat called Miso",
+            "current": True,
+        },
+        {"turn": "D2:1", "evidence": True, "fact": "The user lives in Lisbon", "current": True},
+    ]
+    by_turn = {t["turn"]: t for t in results["turns"]}
+    assert [by_turn[t]["memories"] for t in ("D1:2", "D1:6", "D2:3")] == [1, 0, 0]
+    assert by_turn["D2:3"]["grounded_facts"] == 1  # already known: grounded, not stored again
+    assert len(by_turn["D2:5"]["refused"]) == 1
+    assert "free_quote" not in results
+
+    # The chat: Dana's turns as user messages, Lee's as the replies, Lee's opening first, dated.
+    calls = model.own_calls["memory"]
+    assert len(calls) == 6
+    first = calls[0]["messages"]
+    assert "Hi Dana! How was the move?" in first[-1]["content"]  # the reply before it
+    assert "today is 03 March 2024" in first[0]["content"]
+    assert calls[0]["response_format"]["json_schema"]["name"] == "memory_operations"
+    assert "Lovely. Any pets?" in calls[1]["messages"][-1]["content"]
+    async with extraction_services.database.pool.connection() as conn:
+        cursor = await conn.execute(
+            "SELECT role, content, sent_at FROM messages ORDER BY sent_at, message_id"
+        )
+        rows = await cursor.fetchall()
+    assert [(role, text) for role, text, _ in rows] == [
+        ("assistant", "Hi Dana! How was the move?"),
+        ("user", "Hi Lee! The move went fine. I live in Porto now, near the river."),
+        ("assistant", "Lovely. Any pets?"),
+        ("user", "Yes, a cat called Miso. She hates the rain."),
+        ("assistant", "Ha! Talk soon."),
+        ("user", "Bye!"),
+        ("assistant", ""),  # nobody answered the session's last turn
+        ("user", "Big news: I moved to Lisbon last week."),
+        ("assistant", "Wow, why Lisbon?"),
+        ("user", "My cat Miso loves the sun there."),
+        ("assistant", "Makes sense."),
+        ("user", "I also started learning the cello."),
+        ("assistant", ""),
+    ]
+    assert rows[0][2].isoformat() == "2024-03-03T10:00:00+00:00"
+    assert rows[7][2].isoformat() == "2024-04-20T21:00:00+00:00"
+
+    markdown = "\n".join(t.markdown() for t in memory_extraction.tables(results, "scripted"))
+    assert "| 3 | 3/3 (100%) | 3/5 (60%) | 3/6 (50%) | 1 | 1 | 0 | 1 | 0 | 0 | 0 |" in markdown
+    assert "| D1:2 | yes | The user lives in Porto | superseded |" in markdown
+
+
+async def test_memory_extraction_grounding_check_catches_a_made_up_quote(
+    extraction_services: Services, model: ScriptedProvider, dana_file: Path
+) -> None:
+    model.push_for("memory", *[dana_memory_model] * 20)
+    conversation = load_locomo(dana_file)
+    await memory_extraction.evaluate(extraction_services, conversation, sessions=1)
+    pool = extraction_services.database.pool
+    assert (await memory_extraction.check_grounding(pool))["share"] == 1.0
+    async with pool.connection() as conn:
+        # What a store without the check could have written: words Dana never said, and a quote
+        # taken from the assistant's message.
+        await conn.execute(
+            "UPDATE memories SET quote = 'I adopted a dog' WHERE content LIKE '%cat%'"
+        )
+        await conn.execute(
+            "UPDATE memories SET quote = 'Lovely', source_message_id = (SELECT message_id FROM"
+            " messages WHERE content = 'Lovely. Any pets?') WHERE content LIKE '%Porto%'"
+        )
+    checked = await memory_extraction.check_grounding(pool)
+    assert (checked["memories"], checked["grounded"], checked["share"]) == (2, 0, 0.0)
+    assert {f["role"] for f in checked["not_grounded"]} == {"user", "assistant"}
+
+
+async def test_memory_extraction_limit_and_free_quote_from_the_command_line(
+    extraction_services: Services,
+    model: ScriptedProvider,
+    dana_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @contextlib.asynccontextmanager
+    async def the_test_services() -> AsyncIterator[Services]:
+        yield extraction_services
+
+    monkeypatch.setattr(memory_extraction, "scratch_services", the_test_services)
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(report, "RESULTS_MD", tmp_path / "RESULTS.md")
+    model.push_for("memory", *[dana_memory_model] * 20)
+    command = ["memory-extraction", "--data", str(dana_file), "--conversation", "conv-t"]
+    monkeypatch.setattr(sys, "argv", ["evals", *command, "--limit", "4", "--free-quote"])
+    assert await evals_main() == 0
+
+    record = json.loads((tmp_path / "results" / "memory-extraction.json").read_text())
+    results = record["results"]
+    # --limit 4: Dana's first four turns (session 1, then session 2's first).
+    assert [t["turn"] for t in results["turns"]] == ["D1:2", "D1:4", "D1:6", "D2:1"]
+    assert [s["session"] for s in results["sessions"]] == [1, 2]
+    # Two calls per message: the free-quote variant (plain text, its own schema), then the real one.
+    calls = model.own_calls["memory"]
+    assert len(calls) == 8
+    assert calls[0]["response_format"]["json_schema"]["name"] == "memory_operations_free_quote"
+    assert "[1] " not in calls[0]["messages"][-1]["content"]
+    assert '"quote"' in calls[0]["messages"][0]["content"]
+    assert '"sentences"' not in calls[0]["messages"][0]["content"]
+    assert calls[1]["response_format"]["json_schema"]["name"] == "memory_operations"
+    designs = results["free_quote"]
+    numbered, free = designs["numbered sentences (as shipped)"], designs["free quote"]
+    rescued = designs["free quote + rescue"]
+    # Evidence among the four: D1:2, D1:4, D2:1. The free quote for the cat is a paraphrase,
+    # which the app's fallback would still ground ("cat", "Miso" are in the sentence).
+    assert (numbered["proposed"], numbered["grounded"], numbered["evidence_covered"]) == (3, 3, 3)
+    # ... and "Dana says goodbye" is not about "the user": proposed, refused as the app would.
+    assert (free["proposed"], free["grounded"], free["evidence_covered"]) == (4, 2, 2)
+    assert (rescued["grounded"], rescued["evidence_covered"]) == (3, 3)
+    assert free["evidence_turns"] == numbered["evidence_turns"] == 3
+    by_turn = {t["turn"]: t for t in results["turns"]}
+    cat = by_turn["D1:4"]["free_quote"]["facts"][0]
+    assert (cat["grounded"], cat["rescued"]) == (False, True)
+    # Nothing from the free-quote calls was stored: the memories are the numbered design's.
+    assert results["overall"]["memories"] == 3
+    assert record["models"]["memory"] == "scripted/memory"
+    assert "| free quote | 4 | 4 | 2/4 (50%) | 2/3 (67%) | 2/4 (50%) | 0 |" in record["markdown"]
+    summary = (tmp_path / "RESULTS.md").read_text()
+    assert "## memory-extraction" in summary
+
+
+def test_free_quote_request_differs_from_the_design_only_where_it_cites() -> None:
+    today = datetime(2024, 3, 3, tzinfo=UTC)
+    design = memory_extraction_request("[1] I live in Porto.", None, ["The user is Dana"], today)
+    free = memory_extraction.free_quote_request(
+        "I live in Porto.", None, ["The user is Dana"], today
+    )
+    assert len(free) == len(design)
+    assert free[-1]["content"] == design[-1]["content"].replace("[1] ", "")
+    assert memory_extraction.FREE_QUOTE_RULE in free[0]["content"]
+    assert free[0]["content"].replace(memory_extraction.FREE_QUOTE_RULE, "") == (
+        re.sub(r'- "sentences":.*', "", design[0]["content"])
+    )
+    # Worked examples: the same facts, each quoting the plain message's sentences it cited.
+    for shown, plain in zip(design[1:-1], free[1:-1], strict=True):
+        assert shown["role"] == plain["role"]
+        if shown["role"] == "user":
+            message = plain["content"].split("<user_message>\n")[1].split("\n</user_message>")[0]
+            assert "[1]" in shown["content"] and "[1]" not in plain["content"]
+            continue
+        facts = json.loads(shown["content"])["operations"]
+        quoted = json.loads(plain["content"])["operations"]
+        assert [f["fact"] for f in facts] == [q["fact"] for q in quoted]
+        assert all(find_quote(q["quote"], message) == q["quote"] for q in quoted)
+        assert all("sentences" not in q for q in quoted)
+    item = memory_extraction.free_quote_schema()["properties"]["operations"]["items"]
+    assert item["required"] == ["op", "fact", "quote"] and "sentences" not in item["properties"]
+
+
+def test_the_replay_plan_scripts_the_replies_and_keeps_the_memory_model() -> None:
+    plan = ModelPlan(
+        [
+            {"model_name": "chat", "litellm_params": {"model": "groq/big"}},
+            {"model_name": "utility", "litellm_params": {"model": "gemini/lite"}},
+            {"model_name": "memory", "litellm_params": {"model": "gemini/lite"}},
+            {"model_name": "local", "litellm_params": {"model": "local/qwen"}},
+        ],
+        [{"chat": ["local"]}, {"memory": ["chat", "local"]}],
+        capabilities={"groq/big": {"memory_tools": False}},
+    )
+    replayed = memory_extraction.replay_plan(plan)
+    assert replayed.deployments("chat") == ["scripted/chat"]
+    assert replayed.deployments("utility") == ["scripted/utility"]
+    # A failed extraction call falls back to the configured chat model, never the scripted one.
+    assert replayed.describe("memory") == "gemini/lite, then groq/big, then local/qwen"
+    # The turn uses memory as with the configured chat model (whose tools are off here).
+    assert replayed.capability("chat", "memory_tools") is False
+    assert plan.deployments("chat") == ["groq/big"]  # the original plan is left alone

@@ -8,6 +8,7 @@ The real-model test assembles the 1.1 GB GGUF once per test session into a tempo
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import os
@@ -23,10 +24,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: lit
 import litellm
 
 from core import model_weights
-from core.config import Settings, load_settings
+from core.config import PROJECT_ROOT, Settings, load_settings
 from core.errors import StartupError
-from core.inprocess_provider import TextDelta
-from core.llm_router import register_provider
+from core.inprocess_provider import ProviderFailure, TextDelta
+from core.llm_router import ModelPlan, build_router, provider_handler, register_provider
 from core.local_llm import LocalLlamaProvider
 from core.model_weights import (
     MODEL_FILENAME,
@@ -35,6 +36,7 @@ from core.model_weights import (
     ModelWeightsError,
     ensure_local_model,
 )
+from core.scripted_llm import ScriptedProvider
 
 MODEL = "local/qwen2.5-coder-1.5b-instruct"
 WEATHER_TOOL = {
@@ -48,6 +50,16 @@ WEATHER_TOOL = {
             "required": ["city"],
         },
     },
+}
+# What the evidence check asks for, in OpenAI's response_format shape.
+ENOUGH_SCHEMA = {
+    "type": "object",
+    "properties": {"enough": {"enum": ["yes", "no"]}},
+    "required": ["enough"],
+}
+ENOUGH_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "evidence_check", "schema": ENOUGH_SCHEMA, "strict": True},
 }
 
 
@@ -137,6 +149,88 @@ def test_local_model_path_must_exist(tmp_path: Path) -> None:
     own.write_bytes(b"GGUF")
     settings = load_settings(app_data_dir=tmp_path, local_model_path=own)
     assert ensure_local_model(settings) == own
+
+
+# --- response_format: the grammar, and LiteLLM handing it on --------------------------------
+
+
+def test_grammar_is_built_once_per_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import llama_cpp
+
+    built: list[str] = []
+    convert = llama_cpp.LlamaGrammar.from_json_schema
+
+    def counting(json_schema: str, verbose: bool = True) -> llama_cpp.LlamaGrammar:
+        built.append(json_schema)
+        return convert(json_schema, verbose=verbose)
+
+    monkeypatch.setattr(llama_cpp.LlamaGrammar, "from_json_schema", counting)
+    provider = LocalLlamaProvider(make_settings(tmp_path))  # no model is loaded for this
+    first = provider.grammar_for(ENOUGH_FORMAT)
+    assert first is not None and built == [json.dumps(ENOUGH_SCHEMA)]
+    # An equal schema in another dict (each call brings its own) reuses the grammar.
+    assert provider.grammar_for(copy.deepcopy(ENOUGH_FORMAT)) is first
+    other = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}
+    assert provider.grammar_for(other) is not first
+    assert provider.grammar_for(other) is provider.grammar_for(other)
+    assert len(built) == 2
+    # Any JSON object (json_object) needs no schema; free text needs no grammar.
+    any_object = provider.grammar_for({"type": "json_object"})
+    assert any_object is not None and provider.grammar_for({"type": "json_object"}) is any_object
+    assert provider.grammar_for({"type": "text"}) is None and provider.grammar_for(None) is None
+    assert len(built) == 2
+
+
+def test_unusable_response_format_is_refused_and_odd_schemas_ask_for_json(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = LocalLlamaProvider(make_settings(tmp_path))
+    for response_format in ({"type": "xml"}, "json"):
+        with pytest.raises(ProviderFailure) as error:
+            provider.grammar_for(response_format)
+        assert error.value.status_code == 400
+    # A schema the converter cannot read still gets a JSON reply (the caller validates it).
+    odd = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "banana"}}}
+    assert provider.grammar_for(odd) is not None
+    assert "asking for any JSON object instead" in caplog.text
+
+
+async def test_litellm_hands_response_format_to_an_in_process_provider() -> None:
+    """LiteLLM lists response_format as supported for custom providers (their params are mapped
+    like an OpenAI-compatible API's), so the Router hands it on unchanged, streamed or not, and
+    on a fallback hop too. If an upgrade dropped it, the local model would silently answer free
+    text."""
+    saved_providers = list(litellm.custom_provider_map)
+    settings = load_settings(
+        _env_file=None, models_config=PROJECT_ROOT / "tests" / "models.scripted.yaml"
+    )
+    router = build_router(settings)
+    provider = provider_handler("scripted")
+    assert isinstance(provider, ScriptedProvider)
+    try:
+        provider.push({"text": '{"enough": "yes"}'}, {"chunks": ['{"enough"', ': "no"}']})
+        reply = await router.acompletion(
+            model="utility",
+            messages=[{"role": "user", "content": "?"}],
+            response_format=ENOUGH_FORMAT,
+        )
+        assert json.loads(reply.choices[0].message.content) == {"enough": "yes"}
+        stream = await router.acompletion(
+            model="flaky",  # scripted/down, then the fallback: scripted/chat
+            messages=[{"role": "user", "content": "?"}],
+            response_format={"type": "json_object"},
+            stream=True,
+        )
+        assert "".join([c.choices[0].delta.content or "" async for c in stream]) == (
+            '{"enough": "no"}'
+        )
+        assert [c["response_format"] for c in provider.calls] == [
+            ENOUGH_FORMAT,
+            {"type": "json_object"},  # the call to scripted/down
+            {"type": "json_object"},
+        ]
+    finally:
+        litellm.custom_provider_map = saved_providers
 
 
 # --- the real model -------------------------------------------------------------------------
@@ -239,6 +333,45 @@ async def test_real_model_through_litellm(real_model_settings: Settings) -> None
             )
             async for _ in stream:
                 pass
+    finally:
+        litellm.custom_provider_map = saved_providers
+        provider.close()
+
+
+@pytest.mark.slow
+async def test_real_model_json_reply_through_the_router(real_model_settings: Settings) -> None:
+    """A json_schema response_format holds the reply to the schema, from the Router down."""
+    plan = ModelPlan(
+        model_list=[{"model_name": "utility", "litellm_params": {"model": MODEL}}], fallbacks=[]
+    )
+    saved_providers = list(litellm.custom_provider_map)
+    router = build_router(real_model_settings, plan)
+    provider = provider_handler("local")
+    assert isinstance(provider, LocalLlamaProvider)
+    try:
+        reply = await router.acompletion(
+            model="utility",
+            messages=[
+                {"role": "system", "content": "Say whether the source answers the question."},
+                {
+                    "role": "user",
+                    "content": "Question: what is the capital of France?\n"
+                    "Source: Paris is the capital and largest city of France.",
+                },
+            ],
+            # Offered, yet not put in the prompt: a reply held to the schema cannot call a tool.
+            tools=[WEATHER_TOOL],
+            response_format=ENOUGH_FORMAT,
+            temperature=0,
+            max_tokens=60,
+        )
+        message = reply.choices[0].message
+        assert not message.tool_calls
+        answer = json.loads(message.content)
+        assert set(answer) == {"enough"} and answer["enough"] in ("yes", "no"), answer
+        # The grammar closed the object and then allowed only the end of the reply.
+        assert reply.usage.completion_tokens < 20, reply.usage
+        assert provider.last_stats is not None and provider.last_stats.completion_tokens < 20
     finally:
         litellm.custom_provider_map = saved_providers
         provider.close()

@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from chat.state import TurnContext
 from chat.tools import TOOLS, retrieve_memory, save_memory, tool_schemas
-from core import chat_store, memory_store
+from core import chat_store, memory_search, memory_store
 from core.db import _configure_connection
 from rag.embedder import Embedder
 
@@ -47,9 +47,23 @@ async def count_memories(pool: AsyncConnectionPool) -> int:
     return int(row[0])
 
 
+async def user_said(pool: AsyncConnectionPool, text: str) -> dict[str, Any]:
+    """A user message saying `text`, in a chat of its own: the evidence a memory needs."""
+    chat = await chat_store.create_chat(pool)
+    return await chat_store.add_message(pool, chat["chat_id"], "user", text)
+
+
+async def save_said(pool: AsyncConnectionPool, embedder: Any, fact: str) -> memory_store.SaveResult:
+    """Save `fact` as something the user said in those very words."""
+    message = await user_said(pool, fact)
+    return await memory_store.save_grounded_memory(
+        pool, embedder, fact, fact, message["message_id"]
+    )
+
+
 async def save_all(pool: AsyncConnectionPool, embedder: Embedder, facts: list[str]) -> None:
     for fact in facts:
-        result = await memory_store.save_memory(pool, embedder, fact)
+        result = await save_said(pool, embedder, fact)
         assert result.saved, f"{fact!r} was taken for {result.memory['content']!r}"
 
 
@@ -63,13 +77,13 @@ async def test_saved_memory_is_found_by_meaning(
     await save_all(memory_pool, embedder, [PETS[0], *OTHER_FACTS])
 
     # No word in common with the memory but "the user".
-    found = await memory_store.retrieve_memories(
+    found = await memory_search.retrieve_memories(
         memory_pool, embedder, "Which animals live with the user?"
     )
 
     assert found, "nothing found"
     assert found[0].content == PETS[0]
-    assert found[0].similarity >= memory_store.RELEVANCE_FLOOR
+    assert found[0].similarity >= memory_search.RELEVANCE_FLOOR
     assert isinstance(found[0].memory_id, uuid.UUID)
     assert found[0].created_at.tzinfo is not None
 
@@ -92,17 +106,17 @@ async def test_unrelated_query_finds_nothing(
             )
             assert len(await cursor.fetchall()) == 5
         # ... but none is similar enough to count as relevant.
-        assert await memory_store.retrieve_memories(memory_pool, embedder, query) == []
+        assert await memory_search.retrieve_memories(memory_pool, embedder, query) == []
 
 
 async def test_paraphrase_is_not_stored_twice(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
-    first = await memory_store.save_memory(memory_pool, embedder, "The user has a dog named Max.")
+    first = await save_said(memory_pool, embedder, "The user has a dog named Max.")
     assert first.saved
     assert first.similarity is None
 
-    again = await memory_store.save_memory(memory_pool, embedder, "The user owns a dog called Max.")
+    again = await save_said(memory_pool, embedder, "The user owns a dog called Max.")
     assert not again.saved
     assert again.memory["memory_id"] == first.memory["memory_id"]
     assert again.memory["content"] == "The user has a dog named Max."
@@ -110,9 +124,7 @@ async def test_paraphrase_is_not_stored_twice(
     assert again.similarity >= memory_store.DUPLICATE_SIMILARITY
 
     # The same text with other spacing is the same memory (similarity 1).
-    same = await memory_store.save_memory(
-        memory_pool, embedder, "  The user has a dog\n named   Max.  "
-    )
+    same = await save_said(memory_pool, embedder, "  The user has a dog\n named   Max.  ")
     assert not same.saved
     assert same.similarity == pytest.approx(1.0, abs=1e-4)
     assert await count_memories(memory_pool) == 1
@@ -129,7 +141,7 @@ async def test_different_facts_are_all_stored(
         "The user's daughter is called Mia.",
         "The user's son is called Leo.",
     ]
-    results = [await memory_store.save_memory(memory_pool, embedder, fact) for fact in facts]
+    results = [await save_said(memory_pool, embedder, fact) for fact in facts]
 
     assert [r.saved for r in results] == [True] * len(facts)
     assert [r.memory["content"] for r in results] == facts
@@ -140,22 +152,22 @@ async def test_empty_or_too_long_memory_is_rejected(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
     with pytest.raises(ValueError, match="at most 500 characters, not 501"):
-        await memory_store.save_memory(memory_pool, embedder, "x" * 501)
+        await save_said(memory_pool, embedder, "x" * 501)
     with pytest.raises(ValueError, match="can't be empty"):
-        await memory_store.save_memory(memory_pool, embedder, " \n\t ")
+        await save_said(memory_pool, embedder, " \n\t ")
     assert await count_memories(memory_pool) == 0
 
     # The limit applies after whitespace is normalized: 500 characters plus padding is fine.
     fact = "The user likes long walks. " * 18 + "x" * 14
     assert len(fact) == 500
-    result = await memory_store.save_memory(memory_pool, embedder, f"\n  {fact}  \n")
+    result = await save_said(memory_pool, embedder, f"\n  {fact}  \n")
     assert result.saved
     assert result.memory["content"] == fact
 
     with pytest.raises(ValueError, match="can't be empty"):
-        await memory_store.retrieve_memories(memory_pool, embedder, "   ")
+        await memory_search.retrieve_memories(memory_pool, embedder, "   ")
     with pytest.raises(ValueError, match="at least 1"):
-        await memory_store.retrieve_memories(memory_pool, embedder, "pets", limit=0)
+        await memory_search.retrieve_memories(memory_pool, embedder, "pets", limit=0)
 
 
 class SimultaneousEmbedder:
@@ -187,9 +199,9 @@ async def test_concurrent_saves_of_one_fact_store_one_row(
     try:
         together = SimultaneousEmbedder(embedder, parties=3)
         results = await asyncio.gather(
-            memory_store.save_memory(memory_pool, together, "The user is vegetarian."),
-            memory_store.save_memory(other_process, together, "The user is vegetarian."),
-            memory_store.save_memory(memory_pool, together, "The user is  vegetarian."),
+            save_said(memory_pool, together, "The user is vegetarian."),
+            save_said(other_process, together, "The user is vegetarian."),
+            save_said(memory_pool, together, "The user is  vegetarian."),
         )
     finally:
         await other_process.close()
@@ -205,7 +217,7 @@ async def test_retrieval_returns_the_five_most_relevant_best_first(
     await save_all(memory_pool, embedder, [*PETS, *OTHER_FACTS])
     query = "What pets does the user have?"
 
-    found = await memory_store.retrieve_memories(memory_pool, embedder, query)
+    found = await memory_search.retrieve_memories(memory_pool, embedder, query)
 
     assert len(found) == 5
     assert {m.content for m in found} <= set(PETS)  # nothing about work, piano or tea
@@ -219,7 +231,7 @@ async def test_retrieval_returns_the_five_most_relevant_best_first(
             float(expected[facts.index(memory.content)]), abs=1e-4
         )
 
-    two = await memory_store.retrieve_memories(memory_pool, embedder, query, limit=2)
+    two = await memory_search.retrieve_memories(memory_pool, embedder, query, limit=2)
     assert [m.content for m in two] == [m.content for m in found[:2]]
 
 
@@ -234,7 +246,7 @@ async def test_a_shared_rare_word_lifts_a_memory_the_vectors_rank_low(
     by_meaning = [facts[i] for i in np.argsort(-similarity)]
     assert by_meaning.index(name) >= 2, "not a test of the word half: the vectors find it"
 
-    found = await memory_store.retrieve_memories(memory_pool, embedder, query, limit=2)
+    found = await memory_search.retrieve_memories(memory_pool, embedder, query, limit=2)
 
     assert name in [m.content for m in found]
 
@@ -244,10 +256,10 @@ async def test_unrelated_words_alone_do_not_pass_the_floor(
 ) -> None:
     await save_all(memory_pool, embedder, OTHER_FACTS)
     # Shares "piano" with a memory, but means something else entirely.
-    found = await memory_store.retrieve_memories(
+    found = await memory_search.retrieve_memories(
         memory_pool, embedder, "Steinway piano factory tour schedule in Hamburg"
     )
-    assert all(m.similarity >= memory_store.RELEVANCE_FLOOR for m in found)
+    assert all(m.similarity >= memory_search.RELEVANCE_FLOOR for m in found)
 
 
 async def test_hybrid_search_uses_both_indexes(
@@ -262,7 +274,7 @@ async def test_hybrid_search_uses_both_indexes(
         for setting in ("enable_seqscan", "enable_sort"):
             await conn.execute(f"SET LOCAL {setting} = off")
         cursor = await conn.execute(
-            "EXPLAIN " + memory_store.HYBRID_SQL,
+            "EXPLAIN " + memory_search.HYBRID_SQL,
             {
                 "text": "pets at home",
                 "vector": vector,
@@ -271,6 +283,7 @@ async def test_hybrid_search_uses_both_indexes(
                 "rrf_k": 60,
                 "max_distance": 0.65,
                 "limit": 5,
+                "history": False,
             },
         )
         plan = "\n".join(row[0] for row in await cursor.fetchall())
@@ -278,45 +291,71 @@ async def test_hybrid_search_uses_both_indexes(
     assert "memories_content_words_idx" in plan, plan
 
 
-async def test_save_keeps_the_source_only_if_it_exists(
+async def test_save_keeps_its_evidence_and_refuses_what_the_user_did_not_say(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
     chat = await chat_store.create_chat(memory_pool)
-    message = await chat_store.add_message(memory_pool, chat["chat_id"], "user", "I'm vegetarian.")
-    kept = await memory_store.save_memory(
-        memory_pool,
-        embedder,
-        "The user is vegetarian.",
-        source_chat_id=chat["chat_id"],
-        source_message_id=message["message_id"],
+    message = await chat_store.add_message(
+        memory_pool, chat["chat_id"], "user", "Hi! I’m a VEGETARIAN — mostly.\nI live in Porto."
     )
+    reply = await chat_store.add_message(
+        memory_pool, chat["chat_id"], "assistant", "You have a cat named Max, I think."
+    )
+    kept = await memory_store.save_grounded_memory(
+        memory_pool, embedder, "The user is vegetarian.", '"i\'m a vegetarian - mostly"',
+        message["message_id"],
+    )  # fmt: skip
+    assert kept.saved
+    # Compared loosely (case, quote marks, dashes, spaces), stored exactly as the user wrote it.
+    assert kept.memory["quote"] == "I’m a VEGETARIAN — mostly"
     assert kept.memory["source_chat_id"] == chat["chat_id"]
     assert kept.memory["source_message_id"] == message["message_id"]
 
-    # A chat deleted mid-turn: the fact is still saved, without a source.
-    gone = await memory_store.save_memory(
-        memory_pool,
-        embedder,
-        "The user lives in Porto.",
-        source_chat_id=uuid.uuid4(),
-        source_message_id=uuid.uuid4(),
-    )
-    assert gone.saved
-    assert gone.memory["source_chat_id"] is None
-    assert gone.memory["source_message_id"] is None
+    refusals = [
+        # Invented: not in the message.
+        ("The user has a cat named Max.", "I have a cat named Max", message["message_id"]),
+        # The assistant's words are never evidence.
+        ("The user has a cat named Max.", "You have a cat named Max", reply["message_id"]),
+        # A real sentence with another fact attached.
+        ("The user has a cat named Max.", "I live in Porto", message["message_id"]),
+        # Too short to prove anything.
+        ("The user is called Max.", "I", message["message_id"]),
+        # No such message.
+        ("The user lives in Porto.", "I live in Porto", uuid.uuid4()),
+    ]
+    for fact, quote, source in refusals:
+        with pytest.raises(memory_store.NotGrounded, match="not something the user said"):
+            await memory_store.save_grounded_memory(memory_pool, embedder, fact, quote, source)
+    assert await count_memories(memory_pool) == 1
+
+    # Close in meaning is not enough: a contradiction on the same topic is as close.
+    with pytest.raises(memory_store.NotGrounded, match="does not state that fact"):
+        await memory_store.save_grounded_memory(
+            memory_pool, embedder, "The user's favourite meat is steak.", "I'm a vegetarian",
+            message["message_id"],
+        )  # fmt: skip
+    home = await memory_store.save_grounded_memory(
+        memory_pool, embedder, "The user lives in Porto, Portugal.", "I live in Porto",
+        message["message_id"],
+    )  # fmt: skip
+    assert home.saved and home.memory["quote"] == "I live in Porto"
 
 
 # ---------------------------------------------------------------------------------------------
 # chat/tools.py
 
 
-def turn_config(pool: AsyncConnectionPool, embedder: Embedder, chat_id: uuid.UUID) -> Any:
+async def turn_config(
+    pool: AsyncConnectionPool, embedder: Embedder, chat_id: uuid.UUID, said: str = "test message"
+) -> Any:
+    """A turn of this chat whose user message says `said`."""
     services = SimpleNamespace(database=SimpleNamespace(pool=pool), embedder=embedder)
+    message = await chat_store.add_message(pool, chat_id, "user", said)
     turn = TurnContext(
         services=services,  # type: ignore[arg-type]  # what the tools use of Services
         chat_id=chat_id,
-        user_message_id=uuid.uuid4(),
-        user_text="test message",
+        user_message_id=message["message_id"],
+        user_text=said,
         trace_id="test",
         started=time.monotonic(),
     )
@@ -329,8 +368,8 @@ def test_tool_schemas_show_only_the_model_arguments() -> None:
     assert names == ["save_memory", "retrieve_memory", "web_search"]
     assert [s["function"]["name"] for s in schemas] == [t.name for t in TOOLS]
     parameters = {s["function"]["name"]: s["function"]["parameters"] for s in schemas}
-    assert set(parameters["save_memory"]["properties"]) == {"content"}
-    assert parameters["save_memory"]["required"] == ["content"]
+    assert set(parameters["save_memory"]["properties"]) == {"content", "quote"}
+    assert parameters["save_memory"]["required"] == ["content", "quote"]
     assert set(parameters["retrieve_memory"]["properties"]) == {"query"}
     # `config` is injected by LangChain, never asked of the model.
     assert "config" not in json.dumps(schemas)
@@ -352,11 +391,20 @@ async def test_save_tool_says_saved_then_already_known(
     memory_pool: AsyncConnectionPool, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     chat = await chat_store.create_chat(memory_pool)
-    config = turn_config(memory_pool, embedder, chat["chat_id"])
+    said = "Remember that I'm vegetarian, please."
+    config = await turn_config(memory_pool, embedder, chat["chat_id"], said)
     caplog.set_level(logging.INFO, logger="resolveai.memory")
 
-    first = await save_memory.ainvoke({"content": "The user is vegetarian."}, config=config)
-    again = await save_memory.ainvoke({"content": "The user is a vegetarian."}, config=config)
+    first = await save_memory.ainvoke(
+        {"content": "The user is vegetarian.", "quote": "I'm vegetarian"}, config=config
+    )
+    again = await save_memory.ainvoke(
+        {"content": "The user is a vegetarian.", "quote": "I’m vegetarian"}, config=config
+    )
+    with pytest.raises(memory_store.NotGrounded, match="not something the user said"):
+        await save_memory.ainvoke(
+            {"content": "The user has a dog.", "quote": "I have a dog"}, config=config
+        )
 
     assert json.loads(first) == {"saved": True, "memory": "The user is vegetarian."}
     answer = json.loads(again)
@@ -370,7 +418,8 @@ async def test_save_tool_says_saved_then_already_known(
 
     lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
     short_id = chat["chat_id"].hex[:8]
-    assert len(lines) == 2
+    assert len(lines) == 3
+    assert lines[2].startswith("Memory: refused 'The user has a dog.': that is not something")
     assert lines[0].startswith(f"Memory: saved 'The user is vegetarian.' (chat {short_id}, ")
     assert lines[0].endswith(" ms)")
     assert lines[1].startswith(
@@ -381,9 +430,12 @@ async def test_save_tool_says_saved_then_already_known(
 async def test_save_tool_rejects_a_too_long_fact(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
-    config = turn_config(memory_pool, embedder, uuid.uuid4())
+    chat = await chat_store.create_chat(memory_pool)
+    config = await turn_config(memory_pool, embedder, chat["chat_id"], "I like x")
     with pytest.raises(ValueError, match="at most 500 characters"):
-        await save_memory.ainvoke({"content": "The user " + "x" * 500}, config=config)
+        await save_memory.ainvoke(
+            {"content": "The user " + "x" * 500, "quote": "I like x"}, config=config
+        )
     assert await count_memories(memory_pool) == 0
 
 
@@ -391,8 +443,8 @@ async def test_retrieve_tool_lists_memories_or_says_none(
     memory_pool: AsyncConnectionPool, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     await save_all(memory_pool, embedder, [*PETS[:2], *OTHER_FACTS])
-    chat_id = uuid.uuid4()
-    config = turn_config(memory_pool, embedder, chat_id)
+    chat_id = (await chat_store.create_chat(memory_pool))["chat_id"]
+    config = await turn_config(memory_pool, embedder, chat_id)
     caplog.set_level(logging.INFO, logger="resolveai.memory")
 
     found = json.loads(

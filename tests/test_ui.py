@@ -16,6 +16,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,17 @@ from core.scripted_llm import ScriptedProvider
 from core.services import Services
 from server import CONTENT_SECURITY_POLICY
 from tests.chat_client import serve
-from tests.ui_fixtures import SHOWCASE_ANSWER, SHOWCASE_SOURCES, seed_chat, seed_showcase
+from tests.ui_fixtures import (
+    SHOWCASE_ANSWER,
+    SHOWCASE_SOURCES,
+    count_memories,
+    memory_row,
+    seed_chat,
+    seed_memory,
+    seed_showcase,
+    seed_showcase_memories,
+    user_message_ids,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package (.ci/run installs it)
 CHROMIUM_ARGS = [
@@ -101,6 +112,19 @@ async def web_ui_url(
 async def showcase_chat(chat_services: Services) -> uuid.UUID:
     """The realistic chats the screenshots show, seeded once."""
     return await seed_showcase(chat_services.database.pool)
+
+
+@pytest.fixture(scope="session")
+async def showcase_memories(chat_services: Services) -> uuid.UUID:
+    """The memories the Memory page screenshots show, and only those: what other tests left is
+    removed (each test seeds what it needs). Returns the chat they came from."""
+    pool = chat_services.database.pool
+    chat_id = await seed_showcase_memories(pool, chat_services.embedder)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "DELETE FROM memories WHERE source_chat_id IS DISTINCT FROM %s", (chat_id,)
+        )
+    return chat_id
 
 
 @pytest.fixture(scope="session")
@@ -325,7 +349,7 @@ async def test_enter_sends_and_shift_enter_adds_a_line(ui: UI, model) -> None:
 async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> None:
     fact = f"The user grows tomatoes {uuid.uuid4().hex[:6]}"
     model.push(
-        tool_call("save_memory", content=fact),
+        tool_call("save_memory", content=fact, quote="I grow tomatoes"),
         tool_call("retrieve_memory", query="What does the user grow?"),
         {"text": "Noted: tomatoes. " + "They like sun. " * 12, "delay": 0.08},
     )
@@ -758,12 +782,499 @@ async def test_a_web_answer_streams_with_working_citations(
     check_clean(ui)
 
 
+# --- memory --------------------------------------------------------------------------------------
+
+
+async def wait_until(check: Any, within: float = 5.0) -> float:
+    """Poll the async `check()` until it is true; returns the seconds it took."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while not await check():
+        assert loop.time() - started < within, f"not true within {within} s"
+        await asyncio.sleep(0.05)
+    return loop.time() - started
+
+
+def memory_item(page: Page, content: str):
+    return page.locator(".memory-item", has=page.locator(".memory-content", has_text=content))
+
+
+async def open_memory_page(ui: UI, search: str = "") -> None:
+    await ui.open()
+    page = ui.page
+    await page.get_by_role("link", name="Memory", exact=True).click()
+    await expect(page).to_have_url(re.compile(r"#/memory$"))
+    await expect(page.locator("#chat-title")).to_have_text("Memory")
+    await expect(page.locator("#memory-list")).to_have_attribute("aria-busy", "false")
+    if search:
+        await page.get_by_role("searchbox", name="Search memories").fill(search)
+        await expect(page.locator("#memory-count")).to_contain_text(f"match “{search}”")
+
+
+async def test_the_memory_page_lists_searches_edits_and_shows_history(
+    ui: UI, chat_services: Services
+) -> None:
+    pool, embedder = chat_services.database.pool, chat_services.embedder
+    tag = uuid.uuid4().hex[:8]
+    chat_id = await seed_chat(
+        pool,
+        f"Moving house {tag}",
+        [
+            (f"I live in Lisbon, near the river ({tag}).", {"content": "Lovely city."}),
+            (f"We moved to Porto last week! My cat Miso came too ({tag}).", {"content": "Nice!"}),
+        ],
+    )
+    first, second = await user_message_ids(pool, chat_id)
+    now = datetime.now().astimezone()
+    porto = await seed_memory(
+        pool, embedder, f"The user lives in Porto {tag}", "We moved to Porto last week!",
+        chat_id=chat_id, message_id=second, created_at=now - timedelta(days=1),
+    )  # fmt: skip
+    lisbon = await seed_memory(
+        pool, embedder, f"The user lives in Lisbon {tag}", "I live in Lisbon",
+        chat_id=chat_id, message_id=first, created_at=now - timedelta(days=9), valid_to=now,
+        superseded_by=porto,
+    )  # fmt: skip
+    cat = await seed_memory(
+        pool, embedder, f"The user has a cat called Miso {tag}", "My cat Miso came too",
+        chat_id=chat_id, message_id=second, created_at=now,
+    )  # fmt: skip
+    hostile = f"<img src=x onerror=alert(1)> {tag}"
+    await seed_memory(pool, embedder, hostile, "<script>alert(2)</script>")
+
+    await open_memory_page(ui, tag)
+    page = ui.page
+    items = page.locator(".memory-item")
+    # Current memories only, newest first; each with its quote and a link to its message.
+    await expect(items.locator(".memory-content")).to_have_text(
+        [hostile, f"The user has a cat called Miso {tag}", f"The user lives in Porto {tag}"]
+    )
+    await expect(page.locator("#memory-count")).to_have_text(f"3 memories match “{tag}”")
+    porto_item = memory_item(page, f"lives in Porto {tag}")
+    await expect(porto_item.locator(".memory-quote")).to_have_text("We moved to Porto last week!")
+    source = porto_item.get_by_role("link", name=re.compile("Your message"))
+    await expect(source).to_have_attribute("href", f"#/chat/{chat_id}/{second}")
+    await expect(source).to_contain_text(f"Moving house {tag}")  # the chat's title
+    # Memory text and quotes are the user's words: shown as text, never markup.
+    hostile_item = memory_item(page, hostile)
+    await expect(hostile_item.locator(".memory-quote")).to_have_text("<script>alert(2)</script>")
+    await expect(hostile_item).to_contain_text("Its chat was deleted")  # no source chat
+    assert await page.locator("#memory-list img, #memory-list script").count() == 0
+
+    # The search matches quotes too, case-insensitively.
+    await page.get_by_role("searchbox", name="Search memories").fill("MY CAT MIso came")
+    await expect(items.locator(".memory-content")).to_have_text(
+        [f"The user has a cat called Miso {tag}"]
+    )
+    await page.get_by_role("searchbox", name="Search memories").fill(tag)
+    await expect(items).to_have_count(3)
+
+    # History: the replaced fact, struck through, says what replaced it.
+    await page.get_by_role("checkbox", name="Show replaced facts").check()
+    await expect(items).to_have_count(4)
+    old = memory_item(page, f"lives in Lisbon {tag}")
+    await expect(old).to_have_class(re.compile(r"\breplaced\b"))
+    await expect(old.locator(".memory-content s")).to_have_text(f"The user lives in Lisbon {tag}")
+    await expect(old.locator(".memory-replaced")).to_contain_text(
+        f"Replaced by “The user lives in Porto {tag}”"
+    )
+    await expect(old.get_by_role("button", name=re.compile("^Edit"))).to_have_count(0)
+    await ui.shot("desktop-light-memory-history")
+    await page.get_by_role("checkbox", name="Show replaced facts").uncheck()
+    await expect(items).to_have_count(3)
+    assert (await memory_row(pool, lisbon))["superseded_by"] == porto
+
+    # Inline edit: Esc cancels, Enter saves (re-embedded on the server).
+    await page.get_by_role(
+        "button", name=f"Edit memory: The user has a cat called Miso {tag}"
+    ).click()
+    editor = page.get_by_role("textbox", name="Memory", exact=True)
+    await expect(editor).to_be_focused()
+    await expect(editor).to_have_value(f"The user has a cat called Miso {tag}")
+    await editor.fill("something else")
+    await editor.press("Escape")
+    await expect(editor).to_have_count(0)
+    assert (await memory_row(pool, cat))["content"] == f"The user has a cat called Miso {tag}"
+    edit = page.get_by_role("button", name=f"Edit memory: The user has a cat called Miso {tag}")
+    await edit.click()
+    await editor.fill(f"The user has two cats, Miso and Tofu {tag}")
+    await editor.press("Enter")
+    await expect(editor).to_have_count(0)
+    await expect(memory_item(page, f"two cats, Miso and Tofu {tag}")).to_have_count(1)
+    await wait_until(lambda: _content_is(pool, cat, f"The user has two cats, Miso and Tofu {tag}"))
+    await expect(
+        page.get_by_role("button", name=f"Edit memory: The user has two cats, Miso and Tofu {tag}")
+    ).to_be_focused()
+    await page.reload()  # saved on the server, not only on screen
+    await page.get_by_role("searchbox", name="Search memories").fill("Tofu")
+    await expect(items.locator(".memory-content")).to_have_text(
+        [f"The user has two cats, Miso and Tofu {tag}"]
+    )
+
+
+async def _content_is(pool: Any, memory_id: uuid.UUID, content: str) -> bool:
+    row = await memory_row(pool, memory_id)
+    return row is not None and row["content"] == content
+
+
+async def _gone(pool: Any, memory_id: uuid.UUID) -> bool:
+    return await memory_row(pool, memory_id) is None
+
+
+async def test_deleting_a_memory_waits_for_undo_and_is_sent_when_leaving(
+    ui: UI, chat_services: Services
+) -> None:
+    pool, embedder = chat_services.database.pool, chat_services.embedder
+    tag = uuid.uuid4().hex[:8]
+    ids = {}
+    for name in ("tea", "chess", "piano", "rowing"):
+        ids[name] = await seed_memory(
+            pool, embedder, f"The user likes {name} {tag}", f"I like {name}"
+        )
+    chat_id = await seed_chat(pool, f"Elsewhere {tag}", [("hi", {"content": "hello"})])
+    await open_memory_page(ui, tag)
+    page = ui.page
+    items = page.locator(".memory-item")
+    await expect(items).to_have_count(4)
+    toast = page.locator(".toast-undo")
+
+    # Delete, then Undo: the memory comes back and no DELETE is ever sent.
+    await page.get_by_role("button", name=f"Delete memory: The user likes tea {tag}").click()
+    await expect(memory_item(page, f"likes tea {tag}")).to_have_count(0)
+    await expect(page.locator("#memory-count")).to_have_text(f"3 memories match “{tag}”")
+    await expect(toast).to_contain_text("Memory deleted")
+    await ui.shot("desktop-light-memory-undo")
+    await toast.get_by_role("button", name="Undo").click()
+    await expect(toast).to_have_count(0)
+    await expect(memory_item(page, f"likes tea {tag}")).to_have_count(1)
+    await asyncio.sleep(6.5)  # longer than the Undo window
+    assert await memory_row(pool, ids["tea"]) is not None
+
+    # Delete and wait: the DELETE goes once the Undo window is over (~6 s), not before.
+    await page.get_by_role("button", name=f"Delete memory: The user likes tea {tag}").click()
+    await asyncio.sleep(2)
+    assert await memory_row(pool, ids["tea"]) is not None, "deleted before the Undo ran out"
+    await wait_until(lambda: _gone(pool, ids["tea"]), within=8)
+    await expect(toast).to_have_count(0)
+
+    # Leaving the page for a chat sends the pending delete at once.
+    await page.get_by_role("button", name=f"Delete memory: The user likes chess {tag}").click()
+    await expect(toast).to_have_count(1)
+    await page.locator(".chat-link", has_text=f"Elsewhere {tag}").click()
+    await expect(page.locator("#chat-title")).to_have_text(f"Elsewhere {tag}")
+    assert await wait_until(lambda: _gone(pool, ids["chess"]), within=3) < 3
+    await expect(toast).to_have_count(0)
+    assert str(chat_id) in page.url
+
+    # So does leaving the app itself (a reload here; closing the tab is the same pagehide).
+    await page.get_by_role("link", name="Memory", exact=True).click()
+    await page.get_by_role("searchbox", name="Search memories").fill(tag)
+    await expect(items).to_have_count(2)
+    await page.get_by_role("button", name=f"Delete memory: The user likes piano {tag}").click()
+    await page.reload()
+    assert await wait_until(lambda: _gone(pool, ids["piano"]), within=3) < 3
+    assert await memory_row(pool, ids["rowing"]) is not None
+
+
+async def test_export_pause_and_forget_everything(ui: UI, chat_services: Services) -> None:
+    pool, embedder = chat_services.database.pool, chat_services.embedder
+    tag = uuid.uuid4().hex[:8]
+    current = await seed_memory(pool, embedder, f"The user plays the cello {tag}", "I play cello")
+    await seed_memory(
+        pool, embedder, f"The user plays the violin {tag}", "I play violin",
+        valid_to=datetime.now().astimezone(), superseded_by=current,
+    )  # fmt: skip
+    doomed = await seed_memory(pool, embedder, f"The user hates olives {tag}", "I hate olives")
+    await open_memory_page(ui)
+    page = ui.page
+
+    # Export downloads every memory as JSON, replaced ones too; a delete still waiting for its
+    # Undo is sent first, so the file does not hold it.
+    await page.get_by_role("button", name=f"Delete memory: The user hates olives {tag}").click()
+    async with page.expect_download() as download_info:
+        await page.get_by_role("link", name="Export").click()
+    download = await download_info.value
+    assert download.suggested_filename == "resolveai-memories.json"
+    exported = json.loads(await asyncio.to_thread(Path(await download.path()).read_text))
+    contents = {m["content"] for m in exported["memories"]}
+    assert {f"The user plays the cello {tag}", f"The user plays the violin {tag}"} <= contents
+    assert f"The user hates olives {tag}" not in contents
+    assert await memory_row(pool, doomed) is None
+
+    # Pause memory: saved on the server (every chat reads it), and said on the page.
+    switch = page.get_by_role("switch", name="Pause memory")
+    async with httpx.AsyncClient(base_url=ui.url) as client:
+        try:
+            await expect(switch).not_to_be_checked()
+            await switch.check()
+            await expect(page.locator("#memory-paused-note")).to_be_visible()
+            await wait_until(lambda: _settings_say(client, paused=True))
+            await page.reload()
+            await expect(switch).to_be_checked()
+            await ui.shot("desktop-light-memory-paused")
+            await page.get_by_role("button", name="New chat").click()
+            await expect(page.locator(".empty-state")).to_contain_text("Memory is paused")
+            await page.get_by_role("link", name="Memory", exact=True).click()
+            await switch.uncheck()
+            await expect(page.locator("#memory-paused-note")).to_be_hidden()
+            await wait_until(lambda: _settings_say(client, paused=False))
+        finally:
+            await client.patch("/api/settings", json={"memory_paused": False})
+
+    # Forget everything asks first; Cancel keeps every memory.
+    before = await count_memories(pool)
+    assert before >= 2
+    forget = page.get_by_role("button", name="Forget everything")
+    await forget.click()
+    dialog = page.locator("#confirm-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(dialog).to_contain_text("Every memory will be deleted")
+    await expect(dialog.locator("#confirm-option")).to_be_hidden()  # no checkbox here
+    await dialog.get_by_role("button", name="Cancel").click()
+    await expect(dialog).to_be_hidden()
+    await expect(forget).to_be_focused()
+    assert await count_memories(pool) == before
+
+    await forget.click()
+    await dialog.get_by_role("button", name="Forget everything").click()
+    await expect(page.locator(".toast")).to_contain_text(f"Forgot {before} memories")
+    assert await count_memories(pool) == 0
+    empty = page.locator(".memory-empty")
+    await expect(empty).to_contain_text("Nothing remembered yet")
+    await expect(empty).to_contain_text(
+        "Tell me about yourself in any chat; what you state is saved here with your own words"
+        " as evidence."
+    )
+    await expect(page.locator("#memory-count")).to_have_text("0 memories")
+    await ui.shot("desktop-light-memory-empty")
+
+
+async def _settings_say(client: httpx.AsyncClient, paused: bool) -> bool:
+    response = await client.get("/api/settings")
+    return response.status_code == 200 and response.json()["memory_paused"] is paused
+
+
+async def test_a_memory_links_to_its_message_which_is_highlighted(
+    ui: UI, chat_services: Services
+) -> None:
+    pool, embedder = chat_services.database.pool, chat_services.embedder
+    tag = uuid.uuid4().hex[:8]
+    turns = [
+        (f"question {i}\n" + "filler line\n" * 3, {"content": f"answer {i}\n\n" + "More. " * 80})
+        for i in range(8)
+    ]
+    turns[1] = (f"By the way, I work as a nurse at the night shift ({tag}).", {"content": "Noted."})
+    chat_id = await seed_chat(pool, f"A long chat {tag}", turns)
+    source = (await user_message_ids(pool, chat_id))[1]
+    quote = "I work as a nurse"
+    await seed_memory(
+        pool, embedder, f"The user works as a nurse {tag}", quote,
+        chat_id=chat_id, message_id=source,
+    )  # fmt: skip
+    await open_memory_page(ui, tag)
+    page = ui.page
+    await page.get_by_role("link", name=re.compile("Your message")).click()
+
+    await expect(page).to_have_url(re.compile(rf"#/chat/{chat_id}/{source}$"))
+    await expect(page.locator("#chat-title")).to_have_text(f"A long chat {tag}")
+    message = page.locator(f'.msg-user[data-message-id="{source}"]')
+    await expect(message).to_have_class(re.compile(r"\bhighlighted\b"))
+    await expect(message).to_be_in_viewport()  # scrolled to: it is far above the bottom
+    await expect(message.locator("mark.quote-mark")).to_have_text(quote)
+    await expect(message.locator(".bubble")).to_have_text(
+        f"By the way, I work as a nurse at the night shift ({tag})."
+    )
+    await expect(page.locator(".msg.highlighted")).to_have_count(1)
+    outline = await message.locator(".bubble").evaluate("b => getComputedStyle(b).outlineStyle")
+    assert outline == "solid"
+    await ui.shot("desktop-light-memory-source")
+
+    # The address alone does it too (a reload, or a link from elsewhere).
+    await page.reload()
+    await expect(page.locator(f'.msg-user[data-message-id="{source}"]')).to_have_class(
+        re.compile(r"\bhighlighted\b")
+    )
+    await expect(page.locator(f'.msg-user[data-message-id="{source}"]')).to_be_in_viewport()
+
+
+async def test_a_reply_shows_the_memories_it_used(ui: UI, model, chat_services: Services) -> None:
+    pool, embedder = chat_services.database.pool, chat_services.embedder
+    tag = uuid.uuid4().hex[:8]
+    # Saved: from the message's `memories`.
+    bees = await seed_memory(
+        pool, embedder, f"The user keeps bees in the garden {tag}", "I keep bees"
+    )
+    hives = await seed_memory(pool, embedder, f"The user has three hives {tag}", "three hives")
+    chat_id = await seed_chat(
+        pool,
+        f"Honey {tag}",
+        [
+            ("When do I harvest honey?", {"content": "Late summer.", "memory_ids": [bees, hives]}),
+            ("Thanks", {"content": "You're welcome."}),
+        ],
+    )
+    await ui.open(f"#/chat/{chat_id}")
+    page = ui.page
+    used = ui.assistant(0).locator(".used-memories")
+    toggle = used.get_by_role("button", name="Used 2 memories")
+    await expect(toggle).to_have_attribute("aria-expanded", "false")
+    await expect(used.locator(".used-memories-list")).to_be_hidden()
+    await expect(ui.assistant(1).locator(".used-memories")).to_be_hidden()  # used none
+    await toggle.click()
+    await expect(toggle).to_have_attribute("aria-expanded", "true")
+    await expect(used.locator(".used-memories-list li")).to_have_text(
+        [f"The user keeps bees in the garden {tag}", f"The user has three hives {tag}"],
+    )
+    await ui.shot("desktop-light-used-memories")
+    await used.get_by_role("link", name="Manage memories").click()
+    await expect(page).to_have_url(re.compile(r"#/memory$"))
+
+    # Streaming: from the `memories` event, before the reply is saved.
+    model.push({"chunks": ["Your bees ", "need water ", "in summer."], "delay": 0.5})
+    await ui.open()
+    await ui.send(f"How should I look after the bees in my garden? {tag}")
+    reply = ui.assistant()
+    live = reply.get_by_role("button", name=re.compile(r"^Used \d+ memor(y|ies)$"))
+    await expect(live).to_be_visible()
+    assert await reply.get_attribute("data-status") is None  # still streaming
+    await live.click()
+    await expect(reply.locator(".used-memories-list")).to_contain_text(
+        f"The user keeps bees in the garden {tag}"
+    )
+    await expect(reply).to_have_attribute("data-status", "complete")
+    saved = (await saved_messages(ui.url, chat_id_of(page)))[1]
+    names = [m["content"] for m in saved["memories"]]
+    assert f"The user keeps bees in the garden {tag}" in names
+    label = f"Used {len(names)} {'memory' if len(names) == 1 else 'memories'}"
+    await expect(reply.locator(".used-memories-toggle")).to_have_text(label)
+    await expect(reply.locator(".used-memories-list li")).to_have_text(names)
+    await page.reload()
+    await expect(ui.assistant().locator(".used-memories-toggle")).to_have_text(label)
+
+
+async def test_a_temporary_chat_is_sent_as_such_and_marked(
+    ui: UI, model, chat_services: Services
+) -> None:
+    pool = chat_services.database.pool
+    page = ui.page
+    bodies: list[dict[str, Any]] = []
+    page.on(
+        "request",
+        lambda request: (
+            bodies.append(json.loads(request.post_data or "{}"))
+            if request.method == "POST" and request.url.endswith("/api/messages")
+            else None
+        ),
+    )
+    model.push({"text": "This stays between us."}, {"text": "An ordinary reply."})
+    await ui.open()
+    toggle = page.get_by_role("button", name="Temporary chat")
+    await expect(toggle).to_have_attribute("aria-pressed", "false")
+    await expect(page.locator("#chat-badge")).to_be_hidden()
+    await toggle.click()
+    await expect(toggle).to_have_attribute("aria-pressed", "true")
+    await expect(page.locator(".empty-state h2")).to_have_text("Temporary chat")
+    await expect(page.locator("#chat-badge")).to_be_visible()
+    await ui.shot("desktop-light-temporary-draft")
+    question = f"Just between us {uuid.uuid4().hex[:6]}"
+    await ui.send(question)
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    chat_id = chat_id_of(page)
+    assert bodies[-1] == {"content": question, "use_web": False, "temporary": True}
+    assert (await chat_store.get_chat(pool, uuid.UUID(chat_id)))["temporary"] is True
+    # Marked in the header and in the sidebar; the toggle is for new chats only.
+    await expect(page.locator("#chat-badge")).to_have_text("Temporary")
+    await expect(page.locator("#chat-badge")).to_be_visible()
+    await expect(toggle).to_be_hidden()
+    link = page.locator(f'.chat-link[href="#/chat/{chat_id}"]')
+    await expect(link.locator(".badge-temporary")).to_have_text("Temporary")
+    await page.reload()  # the server says so too (GET /api/chats)
+    await expect(page.locator("#chat-badge")).to_be_visible()
+    await expect(link.locator(".badge-temporary")).to_be_visible()
+
+    # Its delete dialog has nothing to forget.
+    await link.hover()
+    await page.get_by_role("button", name=f"Delete chat: {question}").click()
+    dialog = page.locator("#confirm-dialog")
+    await expect(dialog).to_contain_text("It was a temporary chat")
+    await expect(dialog.locator("#confirm-option")).to_be_hidden()
+    await dialog.get_by_role("button", name="Cancel").click()
+
+    # A new chat starts as an ordinary one again.
+    await page.get_by_role("button", name="New chat").click()
+    await expect(toggle).to_have_attribute("aria-pressed", "false")
+    await expect(page.locator("#chat-badge")).to_be_hidden()
+    await ui.send("An ordinary question")
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    assert "temporary" not in bodies[-1]
+    other = chat_id_of(page)
+    assert (await chat_store.get_chat(pool, uuid.UUID(other)))["temporary"] is False
+    await expect(page.locator("#chat-badge")).to_be_hidden()
+    await expect(page.locator(f'.chat-link[href="#/chat/{other}"] .badge')).to_have_count(0)
+
+
+async def test_deleting_a_chat_can_also_forget_its_memories(
+    ui: UI, chat_services: Services
+) -> None:
+    pool, embedder = chat_services.database.pool, chat_services.embedder
+    tag = uuid.uuid4().hex[:8]
+    memories = {}
+    for name in ("keep", "forget"):
+        chat_id = await seed_chat(pool, f"{tag} {name}", [(f"I like {name}", {"content": "OK"})])
+        (message_id,) = await user_message_ids(pool, chat_id)
+        memories[name] = await seed_memory(
+            pool, embedder, f"The user likes {name} {tag}", f"I like {name}",
+            chat_id=chat_id, message_id=message_id,
+        )  # fmt: skip
+    page = ui.page
+    await ui.open()
+    dialog = page.locator("#confirm-dialog")
+    option = dialog.get_by_role("checkbox", name="Also forget the memories saved from this chat")
+
+    # Unticked (the default): the chat goes, its memory stays without its source.
+    await page.locator(".chat-link", has_text=f"{tag} keep").hover()
+    await page.get_by_role("button", name=f"Delete chat: {tag} keep").click()
+    await expect(dialog).to_contain_text("Memories saved from it stay on the Memory page")
+    await expect(dialog).not_to_contain_text("remembers about you stays")
+    await expect(option).not_to_be_checked()
+    await ui.shot("desktop-light-delete-chat")
+    await dialog.get_by_role("button", name="Delete").click()
+    await expect(page.locator(".chat-link", has_text=f"{tag} keep")).to_have_count(0)
+    kept = await memory_row(pool, memories["keep"])
+    assert kept is not None and kept["source_chat_id"] is None
+
+    # Ticked: the memory goes with the chat.
+    await page.locator(".chat-link", has_text=f"{tag} forget").hover()
+    await page.get_by_role("button", name=f"Delete chat: {tag} forget").click()
+    await option.check()
+    await dialog.get_by_role("button", name="Delete").click()
+    await expect(page.locator(".chat-link", has_text=f"{tag} forget")).to_have_count(0)
+    assert await memory_row(pool, memories["forget"]) is None
+
+    # The box starts unticked every time.
+    await page.locator(".chat-link").first.hover()
+    await page.locator(".chat-item").first.get_by_role("button", name=re.compile("^Delete")).click()
+    await expect(option).not_to_be_checked()
+    await dialog.get_by_role("button", name="Cancel").click()
+
+    await page.get_by_role("link", name="Memory", exact=True).click()
+    await page.get_by_role("searchbox", name="Search memories").fill(tag)
+    await expect(page.locator(".memory-item .memory-content")).to_have_text(
+        [f"The user likes keep {tag}"]
+    )
+    await expect(page.locator(".memory-item")).to_contain_text("Its chat was deleted")
+
+
 # --- layouts, themes, screenshots ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 async def test_desktop_and_phone_layouts(
-    browser: Browser, ui_url: str, showcase_chat: uuid.UUID, scheme: str
+    browser: Browser,
+    ui_url: str,
+    showcase_chat: uuid.UUID,
+    showcase_memories: uuid.UUID,
+    scheme: str,
 ) -> None:
     chat_id = showcase_chat
     desktop, context = await new_ui(browser, ui_url, DESKTOP, scheme)
@@ -781,6 +1292,11 @@ async def test_desktop_and_phone_layouts(
         await page.locator("#new-chat").click()
         await expect(page.locator(".empty-state")).to_be_visible()
         await desktop.shot(f"desktop-{scheme}-new-chat")
+        await page.get_by_role("link", name="Memory", exact=True).click()
+        await expect(page.locator(".memory-item")).to_have_count(3)
+        await page.get_by_role("checkbox", name="Show replaced facts").check()
+        await expect(page.locator(".memory-item")).to_have_count(4)
+        await desktop.shot(f"desktop-{scheme}-memory")
     finally:
         await context.close()
     check_clean(desktop)
@@ -803,6 +1319,18 @@ async def test_desktop_and_phone_layouts(
         await page.locator(".chat-link", has_text="Explain Postgres MVCC simply").first.click()
         await expect(page.locator("#sidebar")).to_be_hidden()
         await expect(page.locator("#chat-title")).to_have_text("Explain Postgres MVCC simply")
+        # The Memory page from the drawer, and a temporary draft.
+        await page.get_by_role("button", name="Open the chat list").click()
+        await page.get_by_role("link", name="Memory", exact=True).click()
+        await expect(page.locator("#sidebar")).to_be_hidden()
+        await expect(page.locator(".memory-item")).to_have_count(3)
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], "the Memory page scrolls sideways on a phone"
+        await phone.shot(f"phone-{scheme}-memory")
+        await page.get_by_role("button", name="New chat").click()
+        await page.get_by_role("button", name="Temporary chat").click()
+        await expect(page.locator("#chat-badge")).to_be_visible()
+        await phone.shot(f"phone-{scheme}-temporary-draft")
     finally:
         await context.close()
     check_clean(phone)

@@ -1,26 +1,95 @@
-"""Data for the browser tests: chats written straight into the database (with sources, steps and
-summaries the scripted model cannot produce on its own), and the realistic "showcase" chat the
-screenshots show."""
+"""Data for the browser tests: chats and memories written straight into the database (with
+sources, steps, summaries and memory histories the scripted model cannot produce on its own), and
+the realistic "showcase" chat and memories the screenshots show."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from core import chat_store
+from rag.embedder import Embedder
 
 
 async def seed_chat(
-    pool: AsyncConnectionPool, title: str, turns: list[tuple[str, dict[str, Any]]]
+    pool: AsyncConnectionPool,
+    title: str,
+    turns: list[tuple[str, dict[str, Any]]],
+    temporary: bool = False,
 ) -> uuid.UUID:
     """A chat with these (user text, assistant message fields) turns; returns its id."""
-    chat = await chat_store.create_chat(pool, title)
+    chat = await chat_store.create_chat(pool, title, temporary=temporary)
     for question, reply in turns:
         await chat_store.add_message(pool, chat["chat_id"], "user", question)
         await chat_store.add_message(pool, chat["chat_id"], "assistant", **reply)
     return chat["chat_id"]
+
+
+async def user_message_ids(pool: AsyncConnectionPool, chat_id: uuid.UUID) -> list[uuid.UUID]:
+    """The chat's user messages, oldest first."""
+    messages = await chat_store.list_messages(pool, chat_id)
+    return [m["message_id"] for m in messages if m["role"] == "user"]
+
+
+async def seed_memory(
+    pool: AsyncConnectionPool,
+    embedder: Embedder,
+    content: str,
+    quote: str,
+    *,
+    chat_id: uuid.UUID | None = None,
+    message_id: uuid.UUID | None = None,
+    created_at: datetime | None = None,
+    valid_to: datetime | None = None,
+    superseded_by: uuid.UUID | None = None,
+) -> uuid.UUID:
+    """A memory row as the store would write it (real embedding, so recall finds it); returns
+    its id. Written with SQL so a test can give it any history (valid_to, superseded_by)."""
+    vector = (await embedder.embed_documents([content]))[0]
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "INSERT INTO memories (content, quote, embedding, embed_model, source_chat_id,"
+            " source_message_id, valid_from, valid_to, superseded_by, created_at, updated_at)"
+            " VALUES (%(content)s, %(quote)s, %(vector)s, %(model)s, %(chat)s, %(message)s,"
+            " coalesce(%(created)s, now()), %(valid_to)s, %(by)s, coalesce(%(created)s, now()),"
+            " coalesce(%(created)s, now())) RETURNING memory_id",
+            {
+                "content": content,
+                "quote": quote,
+                "vector": vector,
+                "model": embedder.model_name,
+                "chat": chat_id,
+                "message": message_id,
+                "created": created_at,
+                "valid_to": valid_to,
+                "by": superseded_by,
+            },
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return row["memory_id"]
+
+
+async def memory_row(pool: AsyncConnectionPool, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "SELECT memory_id, content, quote, source_chat_id, source_message_id, valid_to,"
+            " superseded_by FROM memories WHERE memory_id = %s",
+            (memory_id,),
+        )
+        return await cur.fetchone()
+
+
+async def count_memories(pool: AsyncConnectionPool) -> int:
+    async with pool.connection() as conn, conn.cursor() as cur:
+        await cur.execute("SELECT count(*) FROM memories")
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 # Oldest first: the last one ends up just under the showcase chat.
@@ -123,3 +192,41 @@ async def seed_showcase(pool: AsyncConnectionPool) -> uuid.UUID:
             )
         ],
     )
+
+
+SHOWCASE_MEMORY_CHAT = [
+    (
+        "We just moved from Lisbon to Porto, so I need a new running route near the river.",
+        {"content": "Porto's riverside is great for running: try the Douro path from Ribeira."},
+    ),
+    (
+        "I'm vegetarian, and my daughter Mia is allergic to peanuts.",
+        {"content": "Noted. Here are three peanut-free vegetarian dinners…"},
+    ),
+]
+
+
+async def seed_showcase_memories(pool: AsyncConnectionPool, embedder: Embedder) -> uuid.UUID:
+    """The Memory page of the screenshots: a chat the facts came from, a replaced fact (moved
+    from Lisbon to Porto) and two current ones. Returns the chat's id."""
+    chat_id = await seed_chat(pool, "Running and dinner plans", SHOWCASE_MEMORY_CHAT)
+    first, second = await user_message_ids(pool, chat_id)
+    source = {"chat_id": chat_id}
+    porto = await seed_memory(
+        pool, embedder, "The user lives in Porto", "We just moved from Lisbon to Porto",
+        message_id=first, **source,
+    )  # fmt: skip
+    now = datetime.now().astimezone()
+    await seed_memory(
+        pool, embedder, "The user lives in Lisbon", "We just moved from Lisbon",
+        message_id=first, created_at=now - timedelta(days=40), valid_to=now, superseded_by=porto,
+        **source,
+    )  # fmt: skip
+    await seed_memory(
+        pool, embedder, "The user is vegetarian", "I'm vegetarian", message_id=second, **source
+    )
+    await seed_memory(
+        pool, embedder, "The user's daughter Mia is allergic to peanuts",
+        "my daughter Mia is allergic to peanuts", message_id=second, **source,
+    )  # fmt: skip
+    return chat_id

@@ -1,5 +1,6 @@
-// The server's JSON API. Every failure becomes an ApiError carrying the server's own sentence
-// ({"error": "..."}), so the UI can show people what actually went wrong.
+// The server's JSON API (chats, messages, memories, settings). Every failure becomes an ApiError
+// carrying the server's own sentence ({"error": "..."}), so the UI can show people what actually
+// went wrong.
 
 export class ApiError extends Error {
   constructor(message, status = 0) {
@@ -20,13 +21,15 @@ async function errorOf(response) {
   return new ApiError(message, response.status);
 }
 
-async function request(method, path, body) {
+/** `keepalive`: the request outlives the page (a pending delete sent while the tab closes). */
+async function request(method, path, body, { keepalive = false } = {}) {
   let response;
   try {
     response = await fetch(path, {
       method,
       headers: body === undefined ? {} : { "Content-Type": "application/json" },
       body: body === undefined ? undefined : JSON.stringify(body),
+      keepalive,
     });
   } catch {
     throw new ApiError("Cannot reach the server. Check that it is running.");
@@ -36,6 +39,8 @@ async function request(method, path, body) {
 }
 
 const chatPath = (chatId) => `/api/chats/${encodeURIComponent(chatId)}`;
+const memoryPath = (memoryId) => `/api/memories/${encodeURIComponent(memoryId)}`;
+const query = (params) => new URLSearchParams(Object.entries(params).filter(([, v]) => v !== "" && v !== undefined)).toString();
 
 export const api = {
   config: () => request("GET", "/api/config"),
@@ -43,17 +48,33 @@ export const api = {
   messages: (chatId) => request("GET", `${chatPath(chatId)}/messages`),
   summary: (chatId) => request("GET", `${chatPath(chatId)}/summary`),
   rename: (chatId, title) => request("PATCH", chatPath(chatId), { title }),
-  remove: (chatId) => request("DELETE", chatPath(chatId)),
+  /** `forgetMemories`: also delete the memories saved from this chat (else they stay). */
+  remove: (chatId, { forgetMemories = false } = {}) =>
+    request("DELETE", forgetMemories ? `${chatPath(chatId)}?forget_memories=true` : chatPath(chatId)),
+
+  /** {memories, total, forget_token}, newest first; `q` matches content and quote. */
+  memories: ({ q = "", limit = 50, offset = 0, includeSuperseded = false } = {}) =>
+    request("GET", `/api/memories?${query({ q, limit: String(limit), offset: String(offset), include_superseded: String(includeSuperseded) })}`),
+  memory: (memoryId) => request("GET", memoryPath(memoryId)),
+  editMemory: (memoryId, content) => request("PATCH", memoryPath(memoryId), { content }),
+  removeMemory: (memoryId, { keepalive = false } = {}) => request("DELETE", memoryPath(memoryId), undefined, { keepalive }),
+  /** Delete every memory; `token` is the `forget_token` of a list the user has seen. */
+  forgetAll: (token) => request("DELETE", `/api/memories?${query({ confirm: token })}`),
+  exportUrl: "/api/memories/export",
+  settings: () => request("GET", "/api/settings"),
+  updateSettings: (changes) => request("PATCH", "/api/settings", changes),
 };
 
 /**
  * Send a message and return the streaming Response (text/event-stream). No `chatId` starts a new
- * chat. Aborting `signal` is how Stop works: the server notices the closed connection and saves
- * the partial reply as interrupted.
+ * chat; `temporary` makes that chat one that neither reads nor writes memory. Aborting `signal`
+ * is how Stop works: the server notices the closed connection and saves the partial reply as
+ * interrupted.
  */
-export async function postMessage(chatId, content, useWeb, signal) {
+export async function postMessage(chatId, content, useWeb, signal, { temporary = false } = {}) {
   const path = chatId ? `${chatPath(chatId)}/messages` : "/api/messages";
   const body = { content, use_web: useWeb };
+  if (!chatId && temporary) body.temporary = true; // only a new chat can be temporary
   let response;
   try {
     response = await fetch(path, {

@@ -1,4 +1,5 @@
-// The conversation: shows a chat (or a new-chat draft), sends messages and streams replies.
+// The conversation: shows a chat (or a new-chat draft, which can be made a temporary chat), sends
+// messages and streams replies, and can point at one message (a memory's source).
 //
 // A reply being streamed is a Turn. Turns outlive the view: switching to another chat while a
 // reply streams lets it finish in the background, and coming back shows it still streaming.
@@ -8,7 +9,7 @@
 import { api, postMessage } from "./api.js";
 import { showSummary } from "./dialogs.js";
 import { announce, el, toast } from "./dom.js";
-import { AssistantMessage, replyDuration, userMessage } from "./messages.js";
+import { AssistantMessage, highlightMessage, replyDuration, userMessage } from "./messages.js";
 import { createAutoScroll } from "./scroll.js";
 import { chatHref } from "./sidebar.js";
 import { readEvents } from "./sse.js";
@@ -30,10 +31,11 @@ function sleep(ms, signal) {
 }
 
 class Turn {
-  constructor(chatId, content, useWeb, view) {
+  constructor(chatId, content, useWeb, view, temporary = false) {
     this.chatId = chatId;
     this.content = content;
     this.useWeb = useWeb;
+    this.temporary = temporary; // a new chat that neither reads nor writes memory
     this.view = view;
     this.controller = new AbortController();
     this.phase = "streaming"; // then "saved" (after `done`; the summary may still be written) and "closed"
@@ -46,16 +48,24 @@ class Turn {
   }
 }
 
-export function createChat({ sidebar, composer }) {
+/** `isShown()`: whether the conversation is on screen (not the Memory page); while it is not, a
+ *  reply finishing in the background leaves the title and the address alone. */
+export function createChat({ sidebar, composer, isShown = () => true }) {
   const messagesBox = document.getElementById("messages");
   const titleBox = document.getElementById("chat-title");
   const summaryButton = document.getElementById("show-summary");
+  const temporaryButton = document.getElementById("temporary-chat");
+  const temporaryBadge = document.getElementById("chat-badge");
   const scroll = createAutoScroll(document.getElementById("conversation"), document.getElementById("jump-latest"));
   const turns = new Map(); // key (chat id or DRAFT) → the Turn streaming there
   const stoppedAt = new Map(); // key → when its last reply was stopped (performance.now())
-  const shown = { chatId: null, key: DRAFT, viewId: 0, messages: [] };
+  const shown = { chatId: null, key: DRAFT, viewId: 0, messages: [], loading: false, pointAt: null };
+  let temporaryDraft = false; // the draft's "Temporary chat" toggle
+  let memoryPaused = false;
 
   function setTitle(title) {
+    shown.title = title;
+    if (!isShown()) return;
     titleBox.textContent = title;
     document.title = title && title !== "New chat" ? `${title} · ResolveAI` : "ResolveAI";
   }
@@ -68,21 +78,57 @@ export function createChat({ sidebar, composer }) {
   function syncComposer() {
     composer.setBusy(Boolean(liveTurn()));
     summaryButton.disabled = !shown.chatId;
+    syncTemporary();
+  }
+
+  /** The toggle is offered on a draft only; the badge marks a temporary draft or chat. */
+  function syncTemporary() {
+    const draft = !shown.chatId;
+    const temporary = draft ? (turns.get(DRAFT)?.temporary ?? temporaryDraft) : Boolean(sidebar.chatOf(shown.chatId)?.temporary);
+    temporaryButton.hidden = !draft;
+    temporaryButton.disabled = draft && Boolean(turns.get(DRAFT)); // the first message is on its way
+    temporaryButton.setAttribute("aria-pressed", String(draft && temporaryDraft));
+    temporaryBadge.hidden = !temporary;
+    composer.setPlaceholder(temporary ? "Message ResolveAI (temporary chat)" : "Message ResolveAI");
   }
 
   function emptyState() {
+    if (!shown.chatId && temporaryDraft) {
+      return el(
+        "div",
+        { class: "empty-state empty-temporary" },
+        el("h2", { text: "Temporary chat" }),
+        el("p", { text: "This chat won’t use what I remember about you, and nothing you say here is saved to memory. It stays in your chat list until you delete it." }),
+      );
+    }
+    const memory = memoryPaused
+      ? "Memory is paused, so I won’t use or save what you tell me."
+      : "I remember what you tell me across chats.";
     return el(
       "div",
       { class: "empty-state" },
       el("h2", { text: "What can I help with?" }),
-      el("p", { text: "Ask anything. I remember what you tell me across chats, and with “Use web tool” I check the web and cite my sources." }),
+      el("p", { text: `Ask anything. ${memory} With “Use web tool” I check the web and cite my sources.` }),
     );
   }
 
+  function redrawEmptyState() {
+    messagesBox.querySelector(".empty-state")?.replaceWith(emptyState());
+  }
+
+  temporaryButton.addEventListener("click", () => {
+    if (shown.chatId || turns.get(DRAFT)) return;
+    temporaryDraft = !temporaryDraft;
+    if (!shown.chatId) redrawEmptyState();
+    syncTemporary();
+    announce(temporaryDraft ? "Temporary chat on: memory is not used or saved" : "Temporary chat off");
+  });
+
   function showDraft() {
     shown.viewId += 1;
+    if (!turns.get(DRAFT)) temporaryDraft = false; // every new chat starts as an ordinary one
     composer.setLoading(false);
-    Object.assign(shown, { chatId: null, key: DRAFT, messages: [] });
+    Object.assign(shown, { chatId: null, key: DRAFT, messages: [], loading: false, pointAt: null });
     setTitle("New chat");
     sidebar.setActive(null);
     const turn = turns.get(DRAFT);
@@ -93,11 +139,25 @@ export function createChat({ sidebar, composer }) {
     composer.focus();
   }
 
-  async function open(chatId) {
-    if (shown.chatId === chatId) return;
+  /** Show a chat; `highlight` (a message id) scrolls to that message and marks it, with the words
+   *  of `quote` marked inside it when given. */
+  async function open(chatId, { highlight = null, quote = null } = {}) {
+    if (highlight) shown.pointAt = { messageId: highlight, quote };
+    else if (shown.chatId !== chatId) shown.pointAt = null;
+    // A message sent in this view has no id on screen until the chat is read again.
+    const stale = shown.pointAt && !shown.loading && !findMessage(shown.pointAt.messageId);
+    if (shown.chatId === chatId && !stale) {
+      // Back from the Memory page (or the same link again): the chat is on screen already.
+      setTitle(sidebar.titleOf(chatId) || shown.title);
+      sidebar.setActive(chatId);
+      syncComposer();
+      if (!shown.loading) pointAtPending(); // else once the messages are there
+      return;
+    }
     const viewId = ++shown.viewId;
-    Object.assign(shown, { chatId, key: chatId, messages: [] });
-    setTitle(sidebar.titleOf(chatId) || "Chat");
+    const knownTitle = sidebar.titleOf(chatId) || (shown.chatId === chatId ? shown.title : "Chat");
+    Object.assign(shown, { chatId, key: chatId, messages: [], loading: true });
+    setTitle(knownTitle);
     sidebar.setActive(chatId);
     syncComposer();
     composer.setLoading(true);
@@ -110,6 +170,8 @@ export function createChat({ sidebar, composer }) {
     } catch (error) {
       clearTimeout(skeleton);
       if (viewId !== shown.viewId) return;
+      shown.loading = false;
+      shown.pointAt = null;
       composer.setLoading(false);
       if (error.status === 404 || error.status === 422) {
         toast("That chat does not exist any more.", "error");
@@ -122,6 +184,7 @@ export function createChat({ sidebar, composer }) {
     }
     clearTimeout(skeleton);
     if (viewId !== shown.viewId) return; // the user moved on meanwhile
+    shown.loading = false;
     composer.setLoading(false);
     shown.messages = messages;
     renderSaved(messages);
@@ -129,16 +192,28 @@ export function createChat({ sidebar, composer }) {
     if (turn && !messages.some((m) => m.message_id === turn.messageId)) {
       messagesBox.append(turn.view.root); // its user message is saved already; the reply is live
     }
-    setTitle(sidebar.titleOf(chatId) || titleBox.textContent);
+    setTitle(sidebar.titleOf(chatId) || shown.title);
     scroll.toBottom();
     syncComposer();
+    pointAtPending();
+  }
+
+  const findMessage = (messageId) => messagesBox.querySelector(`.msg[data-message-id="${CSS.escape(messageId)}"]`);
+
+  function pointAtPending() {
+    const target = shown.pointAt;
+    shown.pointAt = null;
+    if (!target) return;
+    const node = findMessage(target.messageId);
+    if (node) highlightMessage(node, target.quote);
+    else toast("That message is not in this chat any more.", "error");
   }
 
   function renderSaved(messages) {
     const nodes = [];
     messages.forEach((message, index) => {
       if (message.role === "user") {
-        nodes.push(userMessage(message.content));
+        nodes.push(userMessage(message.content, message.message_id));
         return;
       }
       const asked = messages[index - 1]?.role === "user" ? messages[index - 1] : null;
@@ -155,7 +230,7 @@ export function createChat({ sidebar, composer }) {
     if (!shown.chatId) messagesBox.querySelector(".empty-state")?.remove();
     for (const old of messagesBox.querySelectorAll(".retry-button")) old.remove();
     const view = new AssistantMessage({ onChange: () => scroll.follow() });
-    const turn = new Turn(shown.chatId, content, useWeb, view);
+    const turn = new Turn(shown.chatId, content, useWeb, view, !shown.chatId && temporaryDraft);
     turn.viewId = shown.viewId;
     turn.userView = userMessage(content);
     messagesBox.append(turn.userView, view.root);
@@ -201,7 +276,7 @@ export function createChat({ sidebar, composer }) {
   async function openStream(turn) {
     for (let attempt = 1; ; attempt += 1) {
       try {
-        return await postMessage(turn.chatId, turn.content, turn.useWeb, turn.controller.signal);
+        return await postMessage(turn.chatId, turn.content, turn.useWeb, turn.controller.signal, { temporary: turn.temporary });
       } catch (error) {
         const justStopped = performance.now() - (stoppedAt.get(turn.key) ?? -Infinity) < BUSY_RETRY_WINDOW_MS;
         if (error.status !== 409 || !justStopped || attempt >= BUSY_RETRIES) throw error;
@@ -231,6 +306,10 @@ export function createChat({ sidebar, composer }) {
       case "sources":
         turn.view.setSources(event.sources);
         break;
+      case "memories":
+        turn.view.memories.set(event.memories);
+        turn.view.onChange();
+        break;
       case "done":
         turn.phase = "saved";
         turn.messageId = event.message_id;
@@ -254,12 +333,13 @@ export function createChat({ sidebar, composer }) {
     turns.delete(DRAFT);
     turn.chatId = event.chat_id;
     turns.set(turn.chatId, turn);
-    sidebar.upsert({ chat_id: event.chat_id, title: event.title, updated_at: new Date().toISOString() });
+    const temporary = typeof event.temporary === "boolean" ? event.temporary : turn.temporary;
+    sidebar.upsert({ chat_id: event.chat_id, title: event.title, temporary, updated_at: new Date().toISOString() });
     if (shown.key === DRAFT && shown.viewId === turn.viewId) {
       Object.assign(shown, { chatId: event.chat_id, key: event.chat_id });
-      history.replaceState(null, "", chatHref(event.chat_id));
+      if (isShown()) history.replaceState(null, "", chatHref(event.chat_id));
       setTitle(event.title);
-      sidebar.setActive(event.chat_id);
+      if (isShown()) sidebar.setActive(event.chat_id);
       syncComposer();
     }
   }
@@ -290,6 +370,12 @@ export function createChat({ sidebar, composer }) {
     refreshTitle() {
       const title = shown.chatId && sidebar.titleOf(shown.chatId);
       if (title) setTitle(title);
+      syncTemporary();
+    },
+    /** Memory was paused or resumed (the Memory page's switch, or the server's config). */
+    setMemoryPaused(paused) {
+      memoryPaused = Boolean(paused);
+      if (!shown.chatId) redrawEmptyState();
     },
     renamed(chat) {
       if (chat.chat_id === shown.chatId) setTitle(chat.title);

@@ -94,6 +94,9 @@ export function createComposer({ onSend, onStop }) {
     focus() {
       input.focus();
     },
+    setPlaceholder(text) {
+      input.placeholder = text;
+    },
   };
 }
 

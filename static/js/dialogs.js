@@ -4,21 +4,30 @@
 import { api } from "./api.js";
 import { el } from "./dom.js";
 
-/** Ask before doing something that cannot be undone; resolves true only on the confirm button. */
-export function confirmDialog({ title, text, confirm = "OK" }) {
+/**
+ * Ask before doing something that cannot be undone. Resolves `{confirmed, checked}`: `confirmed`
+ * only on the confirm button; `checked` is the state of the optional `checkbox` (its label; the
+ * box starts unticked), so a dialog can offer "and also…" without a second question.
+ */
+export function confirmDialog({ title, text, confirm = "OK", checkbox = null }) {
   const dialog = document.getElementById("confirm-dialog");
   const ok = document.getElementById("confirm-ok");
   const cancel = document.getElementById("confirm-cancel");
+  const option = document.getElementById("confirm-option");
+  const box = document.getElementById("confirm-check");
   document.getElementById("confirm-title").textContent = title;
   document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-check-label").textContent = checkbox || "";
+  option.hidden = !checkbox;
+  box.checked = false;
   ok.textContent = confirm;
   return new Promise((resolve) => {
-    const done = (answer) => {
+    const done = (confirmed) => {
       ok.removeEventListener("click", onOk);
       cancel.removeEventListener("click", onCancel);
       dialog.removeEventListener("close", onClose);
       if (dialog.open) dialog.close();
-      resolve(answer);
+      resolve({ confirmed, checked: Boolean(checkbox) && confirmed && box.checked });
     };
     const onOk = () => done(true);
     const onCancel = () => done(false);

@@ -39,6 +39,10 @@ const ICONS = {
   steps: ["M5 6h2M5 12h2M5 18h2M10 6h9M10 12h9M10 18h9"],
   stop: ["M7 7h10v10H7z"],
   link: ["M10 14a4 4 0 0 0 5.7 0l3-3a4 4 0 0 0-5.7-5.7l-1 1", "M14 10a4 4 0 0 0-5.7 0l-3 3a4 4 0 0 0 5.7 5.7l1-1"],
+  // A bookmark with a spark: what the assistant keeps about you.
+  memory: ["M7 3.5h10a1 1 0 0 1 1 1V20l-6-3.8L6 20V4.5a1 1 0 0 1 1-1Z", "M12 7.5v4M10 9.5h4"],
+  quote: ["M6 17c2.5-1 3.5-3 3.5-6H6V7h4v4", "M14 17c2.5-1 3.5-3 3.5-6H14V7h4v4"],
+  download: ["M12 4v11", "M7 10.5l5 5 5-5", "M5 20h14"],
 };
 
 export function icon(name) {

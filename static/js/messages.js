@@ -1,18 +1,51 @@
 // One message on screen. User messages are plain text (what they typed, exactly). Assistant
-// replies are Markdown with their steps line, Sources list, status and actions; while a reply
-// streams, its Markdown is re-rendered at most once per animation frame.
+// replies are Markdown with their steps line, Sources list, the memories they used, status and
+// actions; while a reply streams, its Markdown is re-rendered at most once per animation frame.
 
 import { copyButton, el, icon } from "./dom.js";
 import { hostOf, isSafeUrl, renderMarkdown } from "./render.js";
 import { StepsView } from "./steps.js";
+import { UsedMemoriesView } from "./used-memories.js";
 
-export function userMessage(content) {
+export function userMessage(content, messageId) {
   return el(
     "article",
-    { class: "msg msg-user", "aria-label": "Your message" },
+    { class: "msg msg-user", "aria-label": "Your message", dataset: messageId ? { messageId } : undefined },
     el("div", { class: "bubble", text: content }),
     el("div", { class: "msg-actions" }, copyButton("Copy", "Copy message", () => content)),
   );
+}
+
+/**
+ * Mark a message as the one a link pointed at (a memory's source): scroll it into view, give it a
+ * visible highlight and, when `quote` is given and found in a user message, mark those words.
+ * The marked words are split out of the text node, so the message stays plain text.
+ */
+export function highlightMessage(node, quote) {
+  for (const old of node.parentElement?.querySelectorAll(".msg.highlighted") || []) unhighlight(old);
+  node.classList.add("highlighted");
+  const bubble = node.querySelector(".bubble");
+  const text = bubble?.firstChild;
+  const at = quote && text instanceof Text ? text.data.indexOf(quote) : -1;
+  if (at >= 0) {
+    const rest = text.splitText(at);
+    rest.splitText(quote.length);
+    rest.replaceWith(el("mark", { class: "quote-mark", text: quote }));
+  }
+  node.tabIndex = -1;
+  node.focus({ preventScroll: true });
+  const reduce = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+  node.scrollIntoView({ block: "center", behavior: reduce ? "instant" : "smooth" });
+}
+
+function unhighlight(node) {
+  node.classList.remove("highlighted");
+  const mark = node.querySelector(".quote-mark");
+  if (mark) {
+    const bubble = mark.parentElement;
+    mark.replaceWith(mark.textContent);
+    bubble.normalize();
+  }
 }
 
 export class AssistantMessage {
@@ -25,6 +58,7 @@ export class AssistantMessage {
     this.steps = new StepsView();
     this.body = el("div", { class: "markdown" });
     this.sourcesBox = el("section", { class: "sources", "aria-label": "Sources", hidden: true });
+    this.memories = new UsedMemoriesView();
     this.statusBox = el("div", { class: "msg-status", hidden: true });
     this.actions = el("div", { class: "msg-actions", hidden: true });
     this.root = el(
@@ -33,6 +67,7 @@ export class AssistantMessage {
       this.steps.root,
       this.body,
       this.sourcesBox,
+      this.memories.root,
       this.statusBox,
       this.actions,
     );
@@ -46,6 +81,7 @@ export class AssistantMessage {
     view.root.dataset.messageId = message.message_id;
     view.text = message.content || "";
     view.setSources(message.sources || []);
+    view.memories.set(message.memories);
     view.renderNow();
     if (message.status === "error") view.fail(message.error || "This reply failed.", onRetry);
     else view.complete(message.status);

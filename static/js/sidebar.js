@@ -1,6 +1,7 @@
 // The chat list: newest activity first, grouped by day, filtered by title on the server, with
-// rename (inline) and delete (after a confirmation). Items are plain links (#/chat/<id>), so
-// opening one is ordinary navigation: keyboard, middle-click and the Back button all work.
+// rename (inline) and delete (after a confirmation, which can also forget the memories the chat
+// gave). Temporary chats carry a badge. Items are plain links (#/chat/<id>), so opening one is
+// ordinary navigation: keyboard, middle-click and the Back button all work.
 
 import { api } from "./api.js";
 import { confirmDialog } from "./dialogs.js";
@@ -69,10 +70,12 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
     const link = el("a", {
       class: "chat-link",
       href: chatHref(chat.chat_id),
-      text: chat.title,
-      title: chat.title,
+      title: chat.temporary ? `${chat.title} (temporary chat)` : chat.title,
       "aria-current": chat.chat_id === activeId ? "page" : undefined,
-    });
+    }, el("span", { class: "chat-link-title", text: chat.title }));
+    if (chat.temporary) {
+      link.append(el("span", { class: "badge badge-temporary small", text: "Temporary", "aria-label": "(temporary chat)" }));
+    }
     const rename = el("button", { type: "button", class: "icon-button small", "aria-label": `Rename chat: ${chat.title}`, title: "Rename" }, icon("pencil"));
     const remove = el("button", { type: "button", class: "icon-button small", "aria-label": `Delete chat: ${chat.title}`, title: "Delete" }, icon("trash"));
     const row = el(
@@ -127,17 +130,21 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
   }
 
   async function confirmDelete(chat, button) {
-    const ok = await confirmDialog({
+    // A temporary chat never wrote memory: there is nothing to offer to forget.
+    const { confirmed, checked: forgetMemories } = await confirmDialog({
       title: "Delete this chat?",
-      text: `“${chat.title}” and all its messages will be deleted. What the assistant remembers about you stays.`,
+      text: chat.temporary
+        ? `“${chat.title}” and all its messages will be deleted. It was a temporary chat, so nothing from it is in memory.`
+        : `“${chat.title}” and all its messages will be deleted. Memories saved from it stay on the Memory page unless you tick the box.`,
+      checkbox: chat.temporary ? null : "Also forget the memories saved from this chat",
       confirm: "Delete",
     });
-    if (!ok) {
+    if (!confirmed) {
       button.focus();
       return;
     }
     try {
-      await api.remove(chat.chat_id);
+      await api.remove(chat.chat_id, { forgetMemories });
     } catch (error) {
       if (error.status !== 404) {
         toast(`Could not delete the chat: ${error.message}`, "error");
@@ -146,7 +153,7 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
     }
     chats = chats.filter((c) => c.chat_id !== chat.chat_id);
     render();
-    announce(`Deleted ${chat.title}`);
+    announce(forgetMemories ? `Deleted ${chat.title} and its memories` : `Deleted ${chat.title}`);
     onDeleted(chat.chat_id);
   }
 
@@ -183,6 +190,9 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
     },
     titleOf(chatId) {
       return chats.find((c) => c.chat_id === chatId)?.title;
+    },
+    chatOf(chatId) {
+      return chats.find((c) => c.chat_id === chatId);
     },
   };
 }

@@ -1,0 +1,198 @@
+"""Memory extraction: after a reply, the `memory` model reads the user's message for lasting facts.
+
+One call per user message, never on the reply's path (core/memory_jobs.py queues it, the worker in
+chat/memory_worker.py runs it). The model sees the message as numbered sentences, the assistant's
+reply before it (context only) and the ~10 closest current memories, and answers with JSON
+operations constrained to `MEMORY_OPERATIONS_SCHEMA`:
+
+- `add`: a new fact, citing the sentences that state it;
+- `update`: the same fact made more precise (the memory keeps its id, its evidence moves here);
+- `supersede`: the user changed it (the old memory is closed, the new one current; both kept).
+
+The quote of each fact is the exact span of the cited sentences, so it is the user's own words by
+construction, and core/memory_store.py checks it again before anything is written. Bad output
+writes nothing and logs one line; a fact the store refuses is dropped with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import chat_store, memory_store
+from core.grounding import (
+    best_supporting_sentence,
+    numbered_sentences,
+    sentence_span,
+    shares_a_word,
+)
+from core.memory_search import retrieve_memories
+from core.preferences import memory_paused
+from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
+from core.services import Services
+
+log = logging.getLogger("resolveai.memory")
+
+KNOWN_MEMORIES = 10  # the closest current memories shown to the model, to update or supersede
+MAX_OUTPUT_TOKENS = 400  # a few operations; a model that rambles is cut off, not waited for
+RESPONSE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "memory_operations",
+        "schema": MEMORY_OPERATIONS_SCHEMA,
+        "strict": True,
+    },
+}
+_MEMORY_NUMBER = re.compile(r"M?\s*(\d+)", re.IGNORECASE)
+# Facts are written about "the user" (the instructions say so): anything else is the model
+# summing up the message ("A bicycle gear is a mechanism…"), not something the user told about
+# themselves.
+_ABOUT_THE_USER = re.compile(r"\bthe user\b", re.IGNORECASE)
+
+
+@dataclass
+class ExtractionResult:
+    """What one extraction did, for logs, the evals and tests."""
+
+    saved: list[dict[str, Any]] = field(default_factory=list)  # new memory rows
+    updated: list[dict[str, Any]] = field(default_factory=list)
+    superseded: list[dict[str, Any]] = field(default_factory=list)  # the closed rows
+    duplicates: int = 0  # facts already known
+    refused: list[str] = field(default_factory=list)  # why each dropped operation was dropped
+    skipped: str | None = None  # why nothing was read (memory paused, temporary chat, no message)
+    seconds: float = 0.0
+
+
+class BadOutput(ValueError):
+    """The model's answer is not the JSON asked for."""
+
+
+def parse_operations(text: str) -> list[dict[str, Any]]:
+    """The operations in the model's answer. Constrained models give the JSON alone; others may
+    wrap it in prose or a code fence, so the outermost {...} is taken. BadOutput otherwise."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise BadOutput(f"no JSON object in {text[:120]!r}")
+    try:
+        payload = json.loads(text[start : end + 1])
+    except ValueError as error:
+        raise BadOutput(f"invalid JSON ({error})") from None
+    operations = payload.get("operations") if isinstance(payload, dict) else None
+    if not isinstance(operations, list):
+        raise BadOutput("no 'operations' list")
+    return [op for op in operations if isinstance(op, dict)]
+
+
+async def extract_memories(services: Services, message_id: uuid.UUID) -> ExtractionResult:
+    """Read one user message for facts and write them; raises only for failures worth a retry
+    (the model or the database unreachable)."""
+    started = time.monotonic()
+    result = ExtractionResult()
+    pool = services.database.pool
+    message = await chat_store.user_message_in_context(pool, message_id)
+    if message is None:
+        result.skipped = "the message is gone"
+    elif message["temporary"]:
+        result.skipped = "temporary chat"
+    elif await memory_paused(pool):
+        result.skipped = "memory is paused"
+    if message is None or result.skipped:
+        return result
+    text = message["content"]
+    known = await retrieve_memories(pool, services.embedder, text, limit=KNOWN_MEMORIES)
+    response = await services.router.acompletion(
+        model="memory",
+        messages=memory_extraction_request(
+            numbered_sentences(text), message["previous_reply"], [m.content for m in known],
+            message["sent_at"],
+        ),
+        response_format=RESPONSE_FORMAT,
+        max_tokens=MAX_OUTPUT_TOKENS,
+        temperature=0,
+    )  # fmt: skip
+    answer = response.choices[0].message.content or ""
+    try:
+        operations = parse_operations(answer)
+    except BadOutput as error:
+        log.warning("Memory: extraction output unusable, nothing saved (%s)", error)
+        result.refused.append(f"bad output: {error}")
+        result.seconds = time.monotonic() - started
+        return result
+    for operation in operations:
+        await _apply(services, message_id, text, operation, [m.memory_id for m in known], result)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _apply(
+    services: Services,
+    message_id: uuid.UUID,
+    text: str,
+    operation: dict[str, Any],
+    known_ids: list[uuid.UUID],
+    result: ExtractionResult,
+) -> None:
+    pool, embedder = services.database.pool, services.embedder
+    kind, fact = operation.get("op"), operation.get("fact")
+    numbers = operation.get("sentences")
+    if kind not in ("add", "update", "supersede") or not isinstance(fact, str):
+        return  # "none", or nothing usable
+    if not _ABOUT_THE_USER.search(fact):
+        _refuse(result, fact, "not a fact about the user")
+        return
+    quote = None
+    if isinstance(numbers, list) and all(isinstance(n, int) for n in numbers):
+        quote = sentence_span(text, numbers)
+    if quote is None or not shares_a_word(fact, quote):
+        # A wrong sentence number: the fact may still be in another sentence, in its words.
+        quote = best_supporting_sentence(text, fact)
+    if quote is None:
+        _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
+        return
+    target = _known_memory(operation.get("memory"), known_ids)
+    if kind != "add" and target is None:
+        kind = "add"  # a bad memory number: the fact is still the user's, store it as new
+    try:
+        if kind == "update":
+            row = await memory_store.update_memory(
+                pool, embedder, target, content=fact, quote=quote, message_id=message_id
+            )
+            if row is not None:
+                result.updated.append(row)
+                log.info("Memory: updated to %r (quote %r)", row["content"], row["quote"])
+            return
+        saved = await memory_store.save_grounded_memory(
+            pool, embedder, fact, quote, message_id,
+            supersedes=target if kind == "supersede" else None,
+        )  # fmt: skip
+    except (memory_store.NotGrounded, ValueError) as error:
+        _refuse(result, fact, str(error))
+        return
+    if not saved.saved:
+        result.duplicates += 1
+        log.info("Memory: already known %r as %r", fact, saved.memory["content"])
+        return
+    result.saved.append(saved.memory)
+    if saved.superseded is not None:
+        result.superseded.append(saved.superseded)
+        log.info("Memory: %r replaces %r", saved.memory["content"], saved.superseded["content"])
+    else:
+        log.info("Memory: saved %r (quote %r)", saved.memory["content"], saved.memory["quote"])
+
+
+def _known_memory(reference: Any, known_ids: list[uuid.UUID]) -> uuid.UUID | None:
+    match = _MEMORY_NUMBER.fullmatch(str(reference or "").strip())
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return known_ids[number - 1] if 1 <= number <= len(known_ids) else None
+
+
+def _refuse(result: ExtractionResult, fact: str, why: str) -> None:
+    result.refused.append(why)
+    log.info("Memory: not saved %r: %s", fact[:80], why)

@@ -1,0 +1,98 @@
+"""Automatic recall: the memories that fit the user's message, found before the first model call.
+
+Every model gets them, with or without memory tools: the hybrid search of core/memory_search.py
+with the user's words, current memories only (superseded ones too when the question is about the
+past), at most `RECALL_LIMIT` above the relevance floor and `RECALL_CHARS` in all. They are noted
+on the turn (saved with the reply: "Used 2 memories") and announced to the browser with a
+`memories` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+
+from chat.state import TurnContext
+from chat.steps import send_event, short_id, step_event
+from core.memory_search import RetrievedMemory, retrieve_memories
+
+log = logging.getLogger("resolveai.memory")
+
+RECALL_LIMIT = 5
+# ~150 tokens of facts (about 4 characters a token): enough for 5 short facts, small enough that
+# the local model reads them in a few seconds.
+RECALL_CHARS = 600
+# A question about the past ("where did I live before?") may need facts the user has since
+# changed; any other question gets current facts only.
+_ABOUT_THE_PAST = re.compile(
+    r"\b(used to|before|previous(ly)?|formerly|earlier|originally|in the past|last (year|time)"
+    r"|did i|was i|were my|what was|what were|anymore|any more|no longer)\b",
+    re.IGNORECASE,
+)
+
+
+def about_the_past(text: str) -> bool:
+    return bool(_ABOUT_THE_PAST.search(text))
+
+
+async def recall_memories(turn: TurnContext, text: str) -> list[str]:
+    """The recalled facts as prompt lines (each dated), noted on the turn; none when memory is
+    off for this turn."""
+    if turn.memory == "off" or not text.strip():
+        return []
+    started = time.perf_counter()
+    try:
+        found = await retrieve_memories(
+            turn.services.database.pool,
+            turn.services.embedder,
+            text,
+            limit=RECALL_LIMIT,
+            include_superseded=about_the_past(text),
+        )
+    except Exception as error:  # a reply without memories beats no reply
+        log.warning("Memory: recall failed, answering without it (%s: %s)",
+                    type(error).__name__, error)  # fmt: skip
+        return []
+    kept: list[RetrievedMemory] = []
+    used = 0
+    for memory in found:
+        if used + len(memory.content) > RECALL_CHARS and kept:
+            break
+        kept.append(memory)
+        used += len(memory.content)
+    log.info(
+        "Memory: recalled %d for chat %s (%d ms)",
+        len(kept),
+        short_id(turn.chat_id),
+        (time.perf_counter() - started) * 1000,
+    )
+    if not kept:
+        return []
+    note_memories(turn, kept)
+    step_event(turn, f"Using {len(kept)} {'memory' if len(kept) == 1 else 'memories'} about you")
+    return [prompt_line(memory) for memory in kept]
+
+
+def prompt_line(memory: RetrievedMemory) -> str:
+    """E.g. 'The user lives in Lisbon (said on 2026-11-30)'; a superseded fact says until when."""
+    said = memory.created_at.date().isoformat()
+    if memory.valid_to is not None:
+        return f"{memory.content} (said on {said}; no longer true since {memory.valid_to.date()})"
+    return f"{memory.content} (said on {said})"
+
+
+def note_memories(turn: TurnContext, memories: list[Any]) -> None:
+    """Add memories to those the reply used, and tell the browser the whole list so far."""
+    for memory in memories:
+        turn.memories.setdefault(memory.memory_id, memory.content)
+    send_event(
+        {
+            "type": "memories",
+            "memories": [
+                {"memory_id": str(memory_id), "content": content}
+                for memory_id, content in turn.memories.items()
+            ],
+        }
+    )

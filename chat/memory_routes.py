@@ -1,0 +1,147 @@
+"""The memory API: the user sees, searches, edits, deletes, exports and pauses what is remembered.
+
+There is no way to create a memory here: memories come only from the user's own messages (the
+extraction after each reply, or `save_memory` when the user asks), each with its quote. An edit
+may change the fact's wording (re-embedded) or its quote, which must still be found in the source
+message. Errors are `{"error": ...}`: 404 unknown memory, 409 a stale "forget everything" token,
+422 bad input.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, model_validator
+
+from core import memory_store
+from core.preferences import get_preferences, set_preferences
+from core.services import Services
+
+router = APIRouter(prefix="/api")
+
+MEMORY_FIELDS = ("memory_id", "content", "quote", "message_id", "chat_id", "valid_from", "valid_to",
+                 "superseded_by", "created_at", "updated_at")  # fmt: skip
+
+
+class MemoryEdit(BaseModel):
+    content: str | None = Field(None, min_length=1, max_length=memory_store.MAX_MEMORY_CHARS)
+    quote: str | None = Field(None, min_length=1, max_length=2000)
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> MemoryEdit:
+        if self.content is None and self.quote is None:
+            raise ValueError("give the new content or quote")
+        if self.content is not None and not self.content.strip():
+            raise ValueError("content: the memory is empty")
+        if "\x00" in (self.content or "") + (self.quote or ""):
+            raise ValueError("the text contains a NUL character")
+        return self
+
+
+class SettingsEdit(BaseModel):
+    memory_paused: bool
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.services
+
+
+def public_memory(row: dict[str, Any]) -> dict[str, Any]:
+    named = {**row, "message_id": row["source_message_id"], "chat_id": row["source_chat_id"]}
+    return jsonable_encoder({name: named[name] for name in MEMORY_FIELDS})
+
+
+@router.get("/memories")
+async def list_memories(
+    request: Request,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    include_superseded: bool = False,
+) -> dict[str, Any]:
+    """Memories newest first (`q` finds text in the fact or its quote); `forget_token` is what
+    "forget everything" must send back."""
+    if q is not None and "\x00" in q:
+        raise HTTPException(422, "q: contains a NUL character")
+    pool = _services(request).database.pool
+    rows, total = await memory_store.list_memories(pool, q, limit, offset, include_superseded)
+    return {
+        "memories": [public_memory(row) for row in rows],
+        "total": total,
+        "forget_token": await memory_store.forget_token(pool),
+    }
+
+
+@router.get("/memories/export")
+async def export_memories(request: Request) -> JSONResponse:
+    """Every memory, superseded ones included, as one JSON file."""
+    pool = _services(request).database.pool
+    rows, _ = await memory_store.list_memories(pool, limit=1_000_000, include_superseded=True)
+    return JSONResponse(
+        {
+            "exported_at": datetime.now(UTC).isoformat(),
+            "memories": [public_memory(row) for row in rows],
+        },
+        headers={"Content-Disposition": 'attachment; filename="resolveai-memories.json"'},
+    )
+
+
+@router.get("/memories/{memory_id}")
+async def get_memory(request: Request, memory_id: uuid.UUID) -> dict[str, Any]:
+    row = await memory_store.get_memory(_services(request).database.pool, memory_id)
+    if row is None:
+        raise HTTPException(404, f"No memory with id {memory_id}")
+    return public_memory(row)
+
+
+@router.patch("/memories/{memory_id}")
+async def edit_memory(request: Request, memory_id: uuid.UUID, body: MemoryEdit) -> dict[str, Any]:
+    services = _services(request)
+    try:
+        row = await memory_store.update_memory(
+            services.database.pool,
+            services.embedder,
+            memory_id,
+            content=body.content,
+            quote=body.quote,
+        )
+    except memory_store.NotGrounded as error:
+        raise HTTPException(422, f"quote: {error}") from None
+    if row is None:
+        raise HTTPException(404, f"No memory with id {memory_id}")
+    return public_memory(row)
+
+
+@router.delete("/memories/{memory_id}", status_code=204)
+async def delete_memory(request: Request, memory_id: uuid.UUID) -> Response:
+    if not await memory_store.delete_memory(_services(request).database.pool, memory_id):
+        raise HTTPException(404, f"No memory with id {memory_id}")
+    return Response(status_code=204)
+
+
+@router.delete("/memories")
+async def forget_everything(
+    request: Request, confirm: Annotated[str, Query(min_length=1, max_length=100)]
+) -> dict[str, Any]:
+    """Delete every memory; `confirm` must be the `forget_token` of the latest listing."""
+    deleted = await memory_store.forget_all(_services(request).database.pool, confirm)
+    if deleted is None:
+        raise HTTPException(
+            409, "The memories changed since you looked: reload the list and confirm again."
+        )
+    return {"deleted": deleted}
+
+
+@router.get("/settings")
+async def get_settings(request: Request) -> dict[str, Any]:
+    return await get_preferences(_services(request).database.pool)
+
+
+@router.patch("/settings")
+async def edit_settings(request: Request, body: SettingsEdit) -> dict[str, Any]:
+    return await set_preferences(_services(request).database.pool, **body.model_dump())

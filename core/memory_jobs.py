@@ -1,0 +1,74 @@
+"""The queue of memory extractions still to do, in Postgres.
+
+After a reply is saved, its user message is queued here (`enqueue`, in the same transaction as the
+reply, so a crash cannot lose it). Any server process takes the oldest job with `claim`: a row
+lock with SKIP LOCKED picks it, and a lease (`claimed_until`) keeps other processes off it while
+the extraction runs; a process that dies mid-job only delays it until the lease runs out. `finish`
+deletes the job; `fail` records the error and frees it for a retry, up to `MAX_ATTEMPTS`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from core.statements import Db, execute, fetch_one
+
+LEASE_SECONDS = 300  # longer than the slowest extraction call (the local model on a busy CPU)
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class MemoryJob:
+    message_id: uuid.UUID  # the user message to read for facts
+    chat_id: uuid.UUID
+    attempts: int  # including this one
+
+
+async def enqueue(db: Db, message_id: uuid.UUID, chat_id: uuid.UUID) -> None:
+    """Queue a user message for extraction (a pool or the caller's open transaction)."""
+    await execute(
+        db,
+        "INSERT INTO memory_jobs (message_id, chat_id) VALUES (%s, %s)"
+        " ON CONFLICT (message_id) DO NOTHING",
+        (message_id, chat_id),
+    )
+
+
+async def claim(db: Db, lease_seconds: int = LEASE_SECONDS) -> MemoryJob | None:
+    """The oldest job nobody holds, now leased to the caller; None when there is none."""
+    row = await fetch_one(
+        db,
+        "UPDATE memory_jobs SET attempts = attempts + 1,"
+        " claimed_until = now() + make_interval(secs => %(lease)s)"
+        " WHERE message_id = (SELECT message_id FROM memory_jobs"
+        "   WHERE claimed_until IS NULL OR claimed_until < now()"
+        "   ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+        " RETURNING message_id, chat_id, attempts",
+        {"lease": lease_seconds},
+    )
+    return MemoryJob(**row) if row else None
+
+
+async def finish(db: Db, message_id: uuid.UUID) -> None:
+    await execute(db, "DELETE FROM memory_jobs WHERE message_id = %s", (message_id,))
+
+
+async def fail(db: Db, job: MemoryJob, error: str) -> bool:
+    """Record the failure; frees the job for a retry, or drops it after `MAX_ATTEMPTS`.
+    Returns whether it will be retried."""
+    if job.attempts >= MAX_ATTEMPTS:
+        await finish(db, job.message_id)
+        return False
+    await execute(
+        db,
+        "UPDATE memory_jobs SET claimed_until = NULL, last_error = %s WHERE message_id = %s",
+        (error[:1000], job.message_id),
+    )
+    return True
+
+
+async def pending(db: Db) -> int:
+    """How many jobs wait (for /api/health, tests and benchmarks)."""
+    row = await fetch_one(db, "SELECT count(*) AS n FROM memory_jobs", ())
+    return int(row["n"]) if row else 0

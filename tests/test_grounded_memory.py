@@ -1,0 +1,482 @@
+"""Grounded memory end to end: quotes checked against the user's words, extraction after the reply,
+recall before it, history, pause, temporary chats and the memory API, through the real server,
+database and embedder with the scripted model (memories are global, so this module has a database
+of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote as url_quote
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from chat.memory_worker import MemoryWorker
+from chat.runner import start_turn, stream_turn
+from core import memory_jobs
+from core.config import Settings
+from core.db import Database
+from core.grounding import (
+    best_supporting_sentence,
+    find_quote,
+    numbered_sentences,
+    sentence_span,
+    split_sentences,
+)
+from core.scripted_llm import ScriptedProvider
+from core.services import Services, open_services
+from tests.chat_client import send
+from tests.conftest import SCRIPTED_MODELS
+
+
+@pytest.fixture(scope="module")
+async def chat_services(settings: Settings, database: Database) -> AsyncIterator[Services]:
+    """The app's services on a database of this module's own (on the session's server)."""
+    name = f"memory_{uuid.uuid4().hex[:10]}"
+    async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
+        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(database.conninfo)
+    url = f"postgresql://{url_quote(params.get('user', 'postgres'))}@/{name}"
+    url += f"?host={url_quote(params['host'], safe='')}&port={params.get('port', 5432)}"
+    services = await open_services(
+        settings.model_copy(update={"models_config": SCRIPTED_MODELS, "database_url": url})
+    )
+    yield services
+    await services.close()
+    async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+async def empty(chat_services: Services) -> None:
+    """Start from no memory and no pending job, memory not paused."""
+    async with chat_services.database.pool.connection() as conn:
+        await conn.execute("TRUNCATE memories, memory_jobs, preferences")
+
+
+def ops(*operations: dict[str, Any]) -> dict[str, Any]:
+    """A scripted extraction answer."""
+    return {"text": json.dumps({"operations": list(operations)})}
+
+
+def known_number(messages: list[dict[str, Any]], fragment: str) -> str:
+    """The M-number under which the extraction prompt listed the memory containing `fragment`."""
+    for line in messages[-1]["content"].splitlines():
+        match = re.match(r"(M\d+): (.*)", line)
+        if match and fragment in match.group(2):
+            return match.group(1)
+    raise AssertionError(f"{fragment!r} not among the known facts:\n{messages[-1]['content']}")
+
+
+async def extractions_done(services: Services) -> None:
+    deadline = time.monotonic() + 30
+    while await memory_jobs.pending(services.database.pool):
+        assert time.monotonic() < deadline, "memory extraction did not finish"
+        await asyncio.sleep(0.05)
+
+
+async def memories(client: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:
+    response = await client.get("/api/memories", params=params)
+    assert response.status_code == 200, response.text
+    return response.json()["memories"]
+
+
+def last_prompt(model: ScriptedProvider) -> str:
+    """What the chat model was last shown as the user's message."""
+    return model.calls[-1]["messages"][-1]["content"]
+
+
+def tools_offered(model: ScriptedProvider) -> set[str]:
+    return {t["function"]["name"] for t in model.calls[-1]["tools"] or []}
+
+
+# --- core/grounding.py ---------------------------------------------------------------------------
+
+
+def test_a_quote_is_found_despite_typography_and_stored_as_written() -> None:
+    message = 'Hi!  I’m DANA — from Lisbon.\nI\'m allergic to "peanuts".'
+    assert find_quote("i'm dana - from lisbon", message) == "I’m DANA — from Lisbon"
+    assert find_quote("“I’m allergic to 'peanuts'.”", message) is None  # other quote marks inside
+    assert find_quote('I’m allergic to "peanuts"', message) == 'I\'m allergic to "peanuts"'
+    assert find_quote("I’m   dana —\tfrom", message) == "I’m DANA — from"
+    assert find_quote("I'm from Porto", message) is None
+    assert find_quote("Hi", message) is None  # too short to prove anything
+
+
+def test_numbered_sentences_give_back_exact_spans() -> None:
+    message = "Hi! I'm Dana. I live in Lisbon and I'm allergic to peanuts.\n- I have a cat."
+    assert split_sentences(message) == [
+        "Hi!", "I'm Dana.", "I live in Lisbon and I'm allergic to peanuts.", "- I have a cat.",
+    ]  # fmt: skip
+    assert numbered_sentences(message).splitlines()[1] == "[2] I'm Dana."
+    assert sentence_span(message, [2]) == "I'm Dana."
+    assert (
+        sentence_span(message, [3, 2]) == "I'm Dana. I live in Lisbon and I'm allergic to peanuts."
+    )
+    assert sentence_span(message, [5]) is None
+    assert sentence_span(message, []) is None
+    assert sentence_span("Yes. Yes. No.", [2]) == "Yes."
+    # A fact cited to the wrong sentence: the one holding most of its words, if at least half.
+    assert best_supporting_sentence(message, "The user lives in Lisbon.") == (
+        "I live in Lisbon and I'm allergic to peanuts."
+    )
+    assert best_supporting_sentence(message, "The user has a dog named Rover.") is None
+
+
+# --- extraction after the reply ------------------------------------------------------------------
+
+
+async def test_newcomer_states_facts_and_later_chats_know_them(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """The issue's scenario: three facts in one chat, asked in new chats, one changed, asked
+    again; the chat model is scripted, everything around it is real."""
+    model.push({"text": "Nice to meet you, Dana!"})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user's name is Dana.", "sentences": [2]},
+            # The wrong sentence cited (as the local model did): the one stating it is found.
+            {"op": "add", "fact": "The user lives in Lisbon.", "sentences": [2]},
+            {"op": "add", "fact": "The user is allergic to peanuts.", "sentences": [3]},
+        ),
+    )
+    first = await send(client, "Hi! I'm Dana. I live in Lisbon and I'm allergic to peanuts.")
+    assert first[-1]["type"] == "done"
+    await extractions_done(chat_services)
+    # Extraction read the message as numbered sentences (a first message: no reply before it).
+    request = model.own_calls["memory"][-1]["messages"][-1]["content"]
+    assert "[2] I'm Dana." in request and "<assistant_said_before>" not in request
+    saved = {m["content"]: m for m in await memories(client)}
+    assert set(saved) == {
+        "The user's name is Dana.", "The user lives in Lisbon.", "The user is allergic to peanuts.",
+    }  # fmt: skip
+    assert saved["The user's name is Dana."]["quote"] == "I'm Dana."
+    assert saved["The user lives in Lisbon."]["quote"] == (
+        "I live in Lisbon and I'm allergic to peanuts."
+    )
+    user_message = (await client.get(f"/api/chats/{first[0]['chat_id']}/messages")).json()[0]
+    assert {m["message_id"] for m in saved.values()} == {user_message["message_id"]}
+
+    for question, fact in [
+        ("What am I allergic to?", "allergic to peanuts"),
+        ("Where do I live?", "lives in Lisbon"),
+        ("What is my name?", "name is Dana"),
+    ]:
+        model.push({"text": "From what you told me: …"})
+        events = await send(client, question)
+        assert events[0]["chat_id"] != first[0]["chat_id"]
+        prompt = last_prompt(model)
+        assert prompt.startswith("<memories>\n") and prompt.endswith(question)
+        assert fact in prompt.split("</memories>")[0]
+        used = next(e for e in events if e["type"] == "memories")["memories"]
+        assert any(fact in m["content"] for m in used)
+        reply = (await client.get(f"/api/chats/{events[0]['chat_id']}/messages")).json()[1]
+        assert [m["content"] for m in reply["memories"]] == [m["content"] for m in used]
+    await extractions_done(chat_services)
+
+    # The user moves: the Lisbon memory is closed, not overwritten.
+    model.push({"text": "Porto is lovely."})
+    model.push_for(
+        "memory",
+        lambda _model, messages: ops(
+            {
+                "op": "supersede",
+                "fact": "The user lives in Porto.",
+                "sentences": [1],
+                "memory": known_number(messages, "Lisbon"),
+            }
+        ),
+    )
+    await send(client, "I moved to Porto last month, actually I live in Porto now.")
+    await extractions_done(chat_services)
+    current = {m["content"]: m for m in await memories(client)}
+    assert "The user lives in Porto." in current and "The user lives in Lisbon." not in current
+    history = {m["content"]: m for m in await memories(client, include_superseded="true")}
+    old = history["The user lives in Lisbon."]
+    assert old["valid_to"] is not None
+    assert old["superseded_by"] == current["The user lives in Porto."]["memory_id"]
+
+    model.push({"text": "You live in Porto."})
+    await send(client, "Where do I live?")
+    recalled = last_prompt(model).split("</memories>")[0]
+    assert "Porto" in recalled and "Lisbon" not in recalled
+    # A question about the past may see the old fact, marked as no longer true.
+    model.push({"text": "Before Porto you lived in Lisbon."})
+    await send(client, "Where did I live before?")
+    recalled = last_prompt(model).split("</memories>")[0]
+    assert "The user lives in Lisbon. (said on" in recalled and "no longer true since" in recalled
+
+
+async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_nothing(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    model.push({"text": "Tea it is."}, {"text": "Noted."}, {"text": "Coffee, then."})
+    tea = {"op": "add", "fact": "The user drinks tea every morning.", "sentences": [1]}
+    model.push_for("memory", ops(tea), ops(tea))
+    events = await send(client, "I drink tea every morning.")
+    chat_id = events[0]["chat_id"]
+    await extractions_done(chat_services)
+    # Said again (another chat, other words): the same fact is not stored twice.
+    await send(client, "I drink tea every single morning.")
+    await extractions_done(chat_services)
+    assert [m["content"] for m in await memories(client)] == ["The user drinks tea every morning."]
+
+    model.push_for(
+        "memory",
+        lambda _model, messages: ops(
+            {
+                "op": "supersede",
+                "fact": "The user drinks coffee every morning.",
+                "sentences": [1],
+                "memory": known_number(messages, "tea"),
+            }
+        ),
+    )
+    await send(client, "I switched to coffee in the mornings.", chat_id=chat_id)
+    await extractions_done(chat_services)
+    assert [m["content"] for m in await memories(client)] == [
+        "The user drinks coffee every morning."
+    ]
+    history = await memories(client, include_superseded="true")
+    assert sorted((m["content"], m["valid_to"] is None) for m in history) == [
+        ("The user drinks coffee every morning.", True),
+        ("The user drinks tea every morning.", False),
+    ]
+    # The extraction saw the assistant's reply before the message, as context.
+    assert "Tea it is." in model.own_calls["memory"][-1]["messages"][-1]["content"]
+
+
+async def test_extraction_cannot_store_what_the_user_did_not_say(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    chat_services: Services,
+    empty: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="resolveai.memory")
+    model.push({"text": "You have a cat named Max and a dog named Rover!"}, {"text": "Sure."})
+    model.push_for(
+        "memory",
+        ops(
+            # Invented facts, whatever the sentence cited.
+            {"op": "add", "fact": "The user has a cat named Max.", "sentences": [1]},
+            {"op": "add", "fact": "The user's favourite meat is steak.", "sentences": [2]},
+            {"op": "add", "fact": "The user has a dog named Rover.", "sentences": [7]},
+            {"op": "add", "fact": "The user likes salad.", "sentences": "two"},
+            # Not about the user at all, though its words are the message's.
+            {"op": "add", "fact": "Vegetarian means eating no meat.", "sentences": [2]},
+            # The one real fact.
+            {"op": "add", "fact": "The user is vegetarian.", "sentences": [2]},
+        ),
+        {"text": "Here are the facts: the user has a cat."},  # not JSON: nothing written
+    )
+    await send(client, "Hello. I'm vegetarian.")
+    await extractions_done(chat_services)
+    await send(client, "Suggest a dinner.")
+    await extractions_done(chat_services)
+    assert [(m["content"], m["quote"]) for m in await memories(client)] == [
+        ("The user is vegetarian.", "I'm vegetarian.")
+    ]
+    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    assert sum(line.startswith("Memory: not saved") for line in lines) == 5
+    assert any("not a fact about the user" in line for line in lines)
+    assert any("extraction output unusable" in line for line in lines)
+
+
+async def test_a_failed_extraction_is_retried_and_nothing_is_half_written(
+    model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    model.push({"text": "Hello Ana."})
+    model.push_for(
+        "memory",
+        {"error": "utility model unavailable"},
+        ops({"op": "add", "fact": "The user's name is Ana.", "sentences": [1]}),
+    )
+    # Straight through the runner: no worker is woken, this test runs the queue itself.
+    turn = await start_turn(chat_services, None, "My name is Ana.", use_web=False)
+    assert [e["type"] async for e in stream_turn(turn)][-1] == "done"
+    pool = chat_services.database.pool
+    assert await memory_jobs.pending(pool) == 1
+    await MemoryWorker(chat_services).run_pending()
+    await extractions_done(chat_services)
+    assert len(model.own_calls["memory"]) == 2
+    async with pool.connection() as conn:
+        rows = await (await conn.execute("SELECT content, quote FROM memories")).fetchall()
+    assert rows == [("The user's name is Ana.", "My name is Ana.")]
+
+
+# --- recall, pause, temporary chats, tools -------------------------------------------------------
+
+
+async def seed(client, model, chat_services, fact: str, said: str) -> str:
+    """Say `said` in a new chat and have extraction store `fact`; returns the chat id."""
+    model.push({"text": "Noted."})
+    model.push_for("memory", ops({"op": "add", "fact": fact, "sentences": [1]}))
+    events = await send(client, said)
+    await extractions_done(chat_services)
+    return events[0]["chat_id"]
+
+
+async def test_pause_and_temporary_chats_neither_read_nor_write_memory(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    await seed(client, model, chat_services, "The user plays the cello.", "I play the cello.")
+    model.push({"text": "You play the cello."})
+    await send(client, "What instrument do I play?")
+    assert "The user plays the cello." in last_prompt(model)
+    assert {"save_memory", "retrieve_memory"} <= tools_offered(model)
+    calls_before = len(model.own_calls["memory"])
+    await extractions_done(chat_services)
+    calls_before = len(model.own_calls["memory"])
+
+    # Temporary chat: no recall, no memory tools, no extraction.
+    model.push({"text": "I don't know."})
+    response = await client.post(
+        "/api/messages", json={"content": "What instrument do I play?", "temporary": True}
+    )
+    events = [
+        json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")
+    ]
+    assert events[0]["type"] == "chat" and events[0]["temporary"] is True
+    assert "<memories>" not in last_prompt(model)
+    assert not {"save_memory", "retrieve_memory"} & tools_offered(model)
+    assert "Memory is off in this chat" in model.calls[-1]["messages"][0]["content"]
+    chats = (await client.get("/api/chats")).json()
+    assert next(c for c in chats if c["chat_id"] == events[0]["chat_id"])["temporary"] is True
+    # Only a new chat can be temporary.
+    refused = await client.post(
+        "/api/messages",
+        json={"content": "hi", "temporary": True, "chat_id": events[0]["chat_id"]},
+    )
+    assert refused.status_code == 422 and "temporary" in refused.json()["error"]
+
+    # Paused: the same for every chat, until unpaused.
+    assert (await client.patch("/api/settings", json={"memory_paused": True})).json() == {
+        "memory_paused": True
+    }
+    assert (await client.get("/api/config")).json()["memory"] == {"paused": True}
+    model.push({"text": "I can't recall."})
+    await send(client, "I also play the piano. What instrument do I play?")
+    assert "<memories>" not in last_prompt(model)
+    assert not {"save_memory", "retrieve_memory"} & tools_offered(model)
+    await extractions_done(chat_services)
+    assert len(model.own_calls["memory"]) == calls_before
+    assert await memory_jobs.pending(chat_services.database.pool) == 0
+    assert (await client.patch("/api/settings", json={"memory_paused": False})).status_code == 200
+    assert (await client.patch("/api/settings", json={"memory_paused": "maybe"})).status_code == 422
+    assert [m["content"] for m in await memories(client)] == ["The user plays the cello."]
+
+
+async def test_the_memory_tools_are_a_capability_of_the_deployment(settings: Settings) -> None:
+    from core.llm_router import plan_models
+
+    keyless = plan_models(settings)  # no keys: every role on the local model
+    assert keyless.capability("chat", "memory_tools") is False
+    assert keyless.deployments("memory") == keyless.deployments("utility")
+    scripted = plan_models(settings.model_copy(update={"models_config": SCRIPTED_MODELS}))
+    assert scripted.capability("chat", "memory_tools") is True
+
+
+# --- the memory API ------------------------------------------------------------------------------
+
+
+async def test_memory_api_lists_edits_deletes_exports_and_forgets(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    chat_a = await seed(client, model, chat_services, "The user has a dog named Pixel.",
+                        "I have a dog named Pixel.")  # fmt: skip
+    await seed(client, model, chat_services, "The user works as a nurse.", "I work as a nurse.")
+    listing = (await client.get("/api/memories")).json()
+    assert listing["total"] == 2
+    assert set(listing["memories"][0]) == {
+        "memory_id", "content", "quote", "message_id", "chat_id", "valid_from", "valid_to",
+        "superseded_by", "created_at", "updated_at",
+    }  # fmt: skip
+    dog = next(m for m in listing["memories"] if "Pixel" in m["content"])
+    assert dog["chat_id"] == chat_a
+    assert [m["content"] for m in await memories(client, q="pixel")] == [dog["content"]]
+    assert [m["content"] for m in await memories(client, q="NURSE")] == [
+        "The user works as a nurse."
+    ]
+    assert await memories(client, q="100%_") == []
+    page = (await client.get("/api/memories", params={"limit": 1, "offset": 1})).json()
+    assert len(page["memories"]) == 1 and page["total"] == 2
+
+    # Edit: the new wording is what search finds (re-embedded).
+    url = f"/api/memories/{dog['memory_id']}"
+    edited = await client.patch(url, json={"content": "The user has a beagle named Pixel."})
+    assert edited.status_code == 200 and edited.json()["quote"] == "I have a dog named Pixel."
+    model.push({"text": "A beagle."})
+    await send(client, "Tell me about my beagle Pixel.")
+    assert "The user has a beagle named Pixel." in last_prompt(model)
+    # A quote must still be the user's words.
+    bad = await client.patch(url, json={"quote": "I have a cat named Pixel"})
+    assert bad.status_code == 422 and "not something the user said" in bad.json()["error"]
+    good = await client.patch(url, json={"quote": "a dog named pixel"})
+    assert good.json()["quote"] == "a dog named Pixel"
+    nul = await client.get("/api/memories", params={"q": "a\x00b"})
+    assert nul.status_code == 422 and "NUL" in nul.json()["error"]
+    for body in (
+        {},
+        {"content": "   "},
+        {"content": "x" * 501},
+        {"content": 5},
+        {"content": "a\x00b"},
+    ):
+        response = await client.patch(url, json=body)
+        assert response.status_code == 422 and "error" in response.json(), body
+    # No way to create a memory through the API.
+    assert (await client.post("/api/memories", json={"content": "x"})).status_code == 405
+
+    for method in ("get", "patch", "delete"):
+        missing = await client.request(
+            method, f"/api/memories/{uuid.uuid4()}", json={"content": "x"}
+        )
+        assert missing.status_code == 404 and "No memory" in missing.json()["error"]
+    assert (await client.get("/api/memories/not-an-id")).status_code == 422
+
+    export = await client.get("/api/memories/export")
+    assert "attachment" in export.headers["content-disposition"]
+    assert len(export.json()["memories"]) == 2
+
+    # Deleting the chat, forgetting what came from it.
+    assert (await client.delete(f"/api/chats/{chat_a}?forget_memories=true")).status_code == 204
+    assert [m["content"] for m in await memories(client)] == ["The user works as a nurse."]
+
+    # Forget everything: only with the token of what the user last saw.
+    token = (await client.get("/api/memories")).json()["forget_token"]
+    await seed(client, model, chat_services, "The user likes jazz.", "I like jazz.")
+    stale = await client.delete("/api/memories", params={"confirm": token})
+    assert stale.status_code == 409 and "changed" in stale.json()["error"]
+    assert (await client.delete("/api/memories")).status_code == 422
+    token = (await client.get("/api/memories")).json()["forget_token"]
+    assert (await client.delete("/api/memories", params={"confirm": token})).json() == {
+        "deleted": 2
+    }
+    assert await memories(client, include_superseded="true") == []
+    one = await client.delete(f"/api/memories/{dog['memory_id']}")
+    assert one.status_code == 404
+
+
+async def test_deleting_a_chat_keeps_its_memories_unless_asked(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    chat_id = await seed(client, model, chat_services, "The user is left-handed.",
+                         "I am left-handed.")  # fmt: skip
+    assert (await client.delete(f"/api/chats/{chat_id}")).status_code == 204
+    [kept] = await memories(client)
+    assert kept["content"] == "The user is left-handed." and kept["quote"] == "I am left-handed."
+    assert kept["chat_id"] is None and kept["message_id"] is None
+    # Its evidence is gone, so its quote can no longer change.
+    response = await client.patch(f"/api/memories/{kept['memory_id']}", json={"quote": "left"})
+    assert response.status_code == 422
