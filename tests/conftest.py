@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -52,13 +53,9 @@ def pool(database: Database) -> AsyncConnectionPool:
     return database.pool
 
 
-@pytest.fixture
-async def fresh_database(database: Database) -> AsyncIterator[str]:
-    """Conninfo of a new, empty database on the session's server, dropped after the test.
-
-    For tests that need a database nobody else writes to (migrating from nothing, counting every
-    row of a table).
-    """
+@asynccontextmanager
+async def new_database(database: Database) -> AsyncIterator[str]:
+    """Conninfo of a new, empty database on the session's server, dropped afterwards."""
     name = f"test_{uuid.uuid4().hex[:12]}"
     async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
         # CREATE DATABASE cannot take parameters; the name is generated above, never user input.
@@ -72,6 +69,17 @@ async def fresh_database(database: Database) -> AsyncIterator[str]:
             await conn.execute(
                 sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture
+async def fresh_database(database: Database) -> AsyncIterator[str]:
+    """A new, empty database for one test (see `new_database`).
+
+    For tests that need a database nobody else writes to (migrating from nothing, counting every
+    row of a table).
+    """
+    async with new_database(database) as conninfo:
+        yield conninfo
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from core.db import Database, _configure_connection, migrate
@@ -32,6 +30,7 @@ from evals.memory_retrieval import tables as memory_retrieval_tables
 from evals.memory_retrieval import unrelated_questions
 from evals.metrics import mean_by, recall_at, reciprocal_rank, token_f1, verdict_scores
 from rag.embedder import Embedder
+from tests.conftest import new_database
 
 # memory-retrieval, `--limit 60 --unrelated 100`: retrieve_memory (hybrid) recall@10 0.696, MRR
 # 0.520; its vector half alone 0.409 / 0.202; BM25 0.614 / 0.426; of the 300 unrelated searches
@@ -92,11 +91,7 @@ async def test_evidence_ranking_suite_prints_its_table_and_records_the_run(
 async def memory_retrieval(database: Database, embedder: Embedder) -> AsyncIterator[dict[str, Any]]:
     """The memory-retrieval suite on its sample, run once for the tests that read it, in a
     database of its own (memories are global to an install)."""
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
-        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    conninfo = database.conninfo_for(name)
-    try:
+    async with new_database(database) as conninfo:
         await migrate(conninfo)
         async with AsyncConnectionPool(
             conninfo, min_size=1, max_size=4, configure=_configure_connection
@@ -107,13 +102,6 @@ async def memory_retrieval(database: Database, embedder: Embedder) -> AsyncItera
                 load_locomo(LOCOMO_FILE),
                 limit=MEMORY_LIMIT,
                 unrelated=unrelated_questions(MEMORY_UNRELATED),
-            )
-    finally:
-        async with await psycopg.AsyncConnection.connect(
-            database.conninfo, autocommit=True
-        ) as conn:
-            await conn.execute(
-                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
             )
 
 

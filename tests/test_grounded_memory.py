@@ -12,13 +12,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import quote as url_quote
 
 import httpx
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 from chat.memory_worker import MemoryWorker
 from chat.runner import start_turn, stream_turn
@@ -35,25 +31,18 @@ from core.grounding import (
 from core.scripted_llm import ScriptedProvider
 from core.services import Services, open_services
 from tests.chat_client import send
-from tests.conftest import SCRIPTED_MODELS
+from tests.conftest import SCRIPTED_MODELS, new_database
 
 
 @pytest.fixture(scope="module")
 async def chat_services(settings: Settings, database: Database) -> AsyncIterator[Services]:
     """The app's services on a database of this module's own (on the session's server)."""
-    name = f"memory_{uuid.uuid4().hex[:10]}"
-    async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
-        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(database.conninfo)
-    url = f"postgresql://{url_quote(params.get('user', 'postgres'))}@/{name}"
-    url += f"?host={url_quote(params['host'], safe='')}&port={params.get('port', 5432)}"
-    services = await open_services(
-        settings.model_copy(update={"models_config": SCRIPTED_MODELS, "database_url": url})
-    )
-    yield services
-    await services.close()
-    async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    async with new_database(database) as conninfo:
+        services = await open_services(
+            settings.model_copy(update={"models_config": SCRIPTED_MODELS, "database_url": conninfo})
+        )
+        yield services
+        await services.close()
 
 
 @pytest.fixture
