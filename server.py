@@ -7,6 +7,7 @@ all state lives in Postgres, so several processes can serve one database.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import sys
@@ -21,9 +22,11 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from chat import summary
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
+from chat.warm_up import warm_local_model
 from core.config import Settings, get_settings
 from core.errors import StartupError
 from core.logs import configure_logging, report_startup_failure
@@ -87,7 +90,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if services is not None:
             app.state.services = services
-            async with memory_worker(app, services):
+            async with memory_worker(app, services), summary_folds():
                 freeze_startup_objects()
                 yield
             return
@@ -99,7 +102,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             raise
         app.state.services = opened
         try:
-            async with memory_worker(app, opened):
+            async with memory_worker(app, opened), summary_folds(), warm_up(opened):
                 freeze_startup_objects()
                 log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
                 yield
@@ -131,6 +134,22 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
 
 @asynccontextmanager
+async def warm_up(services: Services) -> AsyncIterator[None]:
+    """Warm the local model in the background (LOCAL_MODEL_WARM_UP), cancelled at shutdown."""
+    task = (
+        asyncio.create_task(warm_local_model(services), name="local model warm-up")
+        if services.settings.local_model_warm_up
+        else None
+    )
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+@asynccontextmanager
 async def memory_worker(app: FastAPI, services: Services) -> AsyncIterator[MemoryWorker]:
     """This process's memory extraction worker, for as long as the app runs."""
     worker = MemoryWorker(services)
@@ -140,6 +159,16 @@ async def memory_worker(app: FastAPI, services: Services) -> AsyncIterator[Memor
         yield worker
     finally:
         await worker.close()
+
+
+@asynccontextmanager
+async def summary_folds() -> AsyncIterator[None]:
+    """At shutdown, this process's summary folds (chat/summary.py) get a moment to finish before
+    the services they use close; the rest are cancelled and folded again by a later turn."""
+    try:
+        yield
+    finally:
+        await summary.close()
 
 
 def freeze_startup_objects() -> None:

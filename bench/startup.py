@@ -10,12 +10,14 @@ server of another checkout (e.g. `git archive HEAD | tar -x -C /tmp/before`), ru
 interpreter on the same data folders: a before/after in one run.
 
 Memory: RSS of the server process when healthy (database pool open, embedder loaded, the local
-model not yet: it loads on first use). Then, step by step in one fresh process doing what the
-server does: the server's imports, `open_services` (database + embedder), the local model loaded
-(`LocalLlamaProvider.preload`) and after its first short reply (llama.cpp maps the GGUF file; its
-pages count once read, and the KV cache is allocated). The local model is the app's own
-(data/models, assembled by `python -m core.model_weights` or the first chat) when present;
-`--no-models` skips these steps.
+model not yet: it starts on first use). Then, step by step in one fresh process doing what the
+server does: the server's imports, `open_services` (database + embedder), the local model's own
+process started (`LocalModelProvider.process.endpoint()`: `core.local_model.serve` loads the GGUF)
+and after its first short reply (`provider.generate`; llama.cpp maps the GGUF file, its pages
+count once read, and the KV cache is allocated), each with the RSS of the model's process beside
+the server's. The local model is the app's own (data/models, assembled by
+`python -m core.local_model.weights` or the first chat) when present; `--no-models` skips these
+steps.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import httpx
 import psutil
 
 from core.config import PROJECT_ROOT, load_settings
-from core.model_weights import default_model_path
+from core.local_model.weights import default_model_path
 from tests.chat_client import free_port
 
 BASELINE_APP = """
@@ -47,14 +49,16 @@ def health():
 uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
 """
 
-# Run in a fresh interpreter from the project folder; prints one JSON line [step, rss] per step.
+# Run in a fresh interpreter from the project folder; prints one JSON line per step:
+# [step, server RSS, seconds, model process RSS or null].
 MEMORY_STEPS = """
 import asyncio, json, time
 import psutil
 
-def report(step, started):
+def report(step, started, model_pid=None):
     rss = psutil.Process().memory_info().rss
-    print(json.dumps([step, rss, time.perf_counter() - started]), flush=True)
+    model = psutil.Process(model_pid).memory_info().rss if model_pid else None
+    print(json.dumps([step, rss, time.perf_counter() - started, model]), flush=True)
 
 started = time.perf_counter()
 report("Python interpreter (+ psutil)", started)
@@ -64,7 +68,7 @@ report("server's imports (FastAPI, LangGraph, LiteLLM, app modules)", started)
 
 from core.config import get_settings
 from core.llm_router import provider_handler
-from core.local_llm import LocalLlamaProvider
+from core.local_model.provider import LocalModelProvider
 from core.services import open_services
 
 async def main():
@@ -72,15 +76,17 @@ async def main():
     services = await open_services(get_settings())
     await services.embedder.embed_query("warm up")
     report("open_services: database pool + embedder loaded (healthy)", started)
-    local = provider_handler("local") or LocalLlamaProvider(services.settings)
+    local = provider_handler("local")
+    if not isinstance(local, LocalModelProvider):  # a models config without `local`
+        local = LocalModelProvider(services.settings)
     started = time.perf_counter()
-    await local.preload()
-    report("local model loaded (llama.cpp, weights mapped)", started)
+    pid = (await local.process.endpoint()).pid
+    report("local model's process started (llama.cpp server, weights mapped)", started, pid)
     started = time.perf_counter()
     messages = [{"role": "user", "content": "Say hello in five words."}]
     async for _ in local.generate("local", messages, {"max_tokens": 16, "temperature": 0.0}):
         pass
-    report("after its first reply (weights read, KV cache in use)", started)
+    report("after its first reply (weights read, KV cache in use)", started, pid)
     local.close()
     await services.close()
 
@@ -112,8 +118,9 @@ def time_to_healthy(
         process.wait(30)
 
 
-def memory_steps(env: dict[str, str]) -> list[tuple[str, int, float]]:
-    """(step, RSS bytes, seconds the step took) from MEMORY_STEPS in a fresh process."""
+def memory_steps(env: dict[str, str]) -> list[tuple[str, int, float, int | None]]:
+    """(step, server RSS bytes, seconds the step took, model process RSS bytes or None) from
+    MEMORY_STEPS in a fresh process."""
     done = subprocess.run(
         [sys.executable, "-c", MEMORY_STEPS],
         cwd=PROJECT_ROOT,
@@ -166,7 +173,13 @@ def main() -> None:
         steps = []
         if not args.no_models:
             model = default_model_path(load_settings(_env_file=None))
-            steps_env = {**server_env, "APP_DATA_DIR": str(Path(scratch) / "steps")}
+            # The model's own process, started in the scratch folder: never a server of yours
+            # (an empty LOCAL_MODEL_URL overrides one in .env).
+            steps_env = {
+                **server_env,
+                "APP_DATA_DIR": str(Path(scratch) / "steps"),
+                "LOCAL_MODEL_URL": "",
+            }
             if model.exists():
                 steps_env["LOCAL_MODEL_PATH"] = str(model)
             steps = memory_steps(steps_env)
@@ -181,13 +194,14 @@ def main() -> None:
         print(f"| {name} | {seconds:.2f} s | {seconds / base:.1f}× | {memory:.0f} MiB |")
     if steps:
         print("\nMemory of one process doing what the server does, step by step (one run)\n")
-        print("| step | took | RSS after | added |")
-        print("| --- | ---: | ---: | ---: |")
+        print("| step | took | server RSS after | added | model process RSS |")
+        print("| --- | ---: | ---: | ---: | ---: |")
         previous = 0
-        for step, rss, seconds in steps:
+        for step, rss, seconds, model in steps:
+            shown = f"{model / 2**20:.0f} MiB" if model is not None else ""
             print(
                 f"| {step} | {seconds:.1f} s | {rss / 2**20:.0f} MiB"
-                f" | {(rss - previous) / 2**20:+.0f} MiB |"
+                f" | {(rss - previous) / 2**20:+.0f} MiB | {shown} |"
             )
             previous = rss
 

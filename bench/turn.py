@@ -6,14 +6,16 @@
 
 What runs: the real app (`server.create_app`) on uvicorn in this process's event loop, on the real
 database (embedded Postgres in a temporary data folder) and the real embedder, with every model role
-on the scripted model (`core/scripted_llm.py`) answering at once: a 20-word reply, streamed word by
-word with no delay, so whatever time a turn takes is the server's. The clients run in a subprocess
-(`bench/turn_client.py`, httpx), so their work never runs on the loop being measured. Each client
-sends its messages one after another in a chat of its own, the next as soon as a reply has ended
-(or `--think` seconds later, like a person reading it), and the server folds the chat's older
-messages into its summary as it does for real. With no think time the clients keep the server
-busy all the time, so at 10 or 50 clients a message mostly waits for the others' turns: latency
-there is about clients × the server's time per turn (see the CPU column).
+on the scripted model (`tests/scripted_model.py`) answering at once: a 20-word reply, streamed word
+by word with no delay, so whatever time a turn takes is the server's. The clients run in a
+subprocess (`bench/turn_client.py`, httpx), so their work never runs on the loop being measured.
+Each client sends its messages one after another in a chat of its own, the next as soon as a reply
+has ended (or `--think` seconds later, like a person reading it), and the server folds the chat's
+older messages into its summary as it does for real: 10 at a time once 20 are unsummarised, after
+the reply's stream has ended (`chat/summary.py`); a phase waits for those folds, as for the memory
+extractions, so their work counts in the phase that caused it. With no think time the clients
+keep the server busy all the time, so at 10 or 50 clients a message mostly waits for the others'
+turns: latency there is about clients × the server's time per turn (see the CPU column).
 
 Baseline, measured in the same run and interleaved with it round by round: a bare FastAPI app on
 uvicorn, in the same loop, whose endpoints parse the same JSON body and stream the very events of a
@@ -79,14 +81,15 @@ from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from bench.turn_client import MESSAGE
+from chat import summary
 from chat.memory_worker import MemoryWorker
 from core import memory_jobs
 from core.config import PROJECT_ROOT, load_settings
 from core.llm_router import provider_handler
 from core.logs import configure_logging
-from core.scripted_llm import ScriptedProvider, ScriptedTurn
 from core.services import Services, open_services
 from tests.chat_client import read_events, serve_app
+from tests.scripted_model import ScriptedProvider, ScriptedTurn
 
 REPLY = (
     "Miso would suit a small grey cat: short, soft, easy to call across the room, and it sounds "
@@ -536,10 +539,11 @@ class Bench:
         return phase
 
     async def memory_jobs_done(self) -> None:
-        """Wait for the memory extractions queued so far. They run after each reply, in this
-        process: their work belongs to the phase that queued them, not to the next one."""
+        """Wait for the summary folds and memory extractions started so far. They run after each
+        reply, in this process: their work belongs to the phase that caused it, not the next."""
         token = _UNCOUNTED.set(True)
         try:
+            await summary.settled()  # (the folds' own round trips are counted: not this task's)
             # Polling: jobs are claimed by the worker's own task, at its own pace.
             assert self.worker is not None
             while (  # noqa: ASYNC110
@@ -561,6 +565,7 @@ class Bench:
                 path = f"/api/chats/{chat_id}/messages"
                 async with http.stream("POST", path, json={"content": MESSAGE}) as r:
                     [e async for e in read_events(r)]
+                await summary.settled()  # its fold check runs after the stream
             finally:
                 self.round_trips.labelled = False
         return Counter(self.round_trips.labels)
@@ -643,29 +648,42 @@ class Bench:
             )
 
     async def local_phase(self, report: Report, url: str, options: Options) -> None:
-        """Plain messages while the real local model generates, in its worker thread."""
-        from core.local_llm import LocalLlamaProvider
-        from core.model_weights import MODEL_FILENAME
+        """Plain messages while the real local model generates, in its own process (reached as
+        the app reaches it: `LocalModelProvider`, HTTP streaming from this loop)."""
+        from core.custom_provider import TextDelta
+        from core.local_model.provider import LocalModelProvider
+        from core.local_model.weights import MODEL_FILENAME
 
         settings = self.services.settings
         path = settings.local_model_path or PROJECT_ROOT / "data" / "models" / MODEL_FILENAME
         if not path.is_file():
             report.notes.append(f"local model: skipped, no weights at {path}")
             return
-        provider = LocalLlamaProvider(
-            settings.model_copy(update={"local_model_path": path, "local_model_threads": None})
-        )
+        # Its process is started in the bench's scratch data folder, with the app's thread
+        # default: never a model server that the settings or another process may point at.
+        own = {"local_model_path": path, "local_model_threads": None, "local_model_url": None}
+        provider = LocalModelProvider(settings.model_copy(update=own))
+        assert provider.process is not None
         started = time.perf_counter()
-        await provider.preload()
+        try:
+            await provider.process.endpoint()
+        except BaseException:
+            provider.close()
+            raise
         load_s = time.perf_counter() - started
         params = {"max_tokens": LOCAL_MAX_TOKENS, "temperature": 0.0}
         generations: list[float] = []
+        speeds: list[float] = []  # text pieces (about one a token) per second after the first
 
         async def generate_once() -> None:
             began = time.perf_counter()
-            async for _ in provider.generate("bench", LOCAL_PROMPT, params):
-                pass
+            pieces: list[float] = []
+            async for event in provider.generate("bench", LOCAL_PROMPT, params):
+                if isinstance(event, TextDelta):
+                    pieces.append(time.perf_counter())
             generations.append(time.perf_counter() - began)
+            if len(pieces) > 1 and pieces[-1] > pieces[0]:
+                speeds.append((len(pieces) - 1) / (pieces[-1] - pieces[0]))
 
         try:
             await generate_once()  # warm-up
@@ -697,10 +715,10 @@ class Bench:
                 await generator
         finally:
             provider.close()
-        stats = provider.last_stats
-        speed = f", {stats.tokens_per_s:.1f} tokens/s" if stats else ""
+        speed = f", {statistics.median(speeds):.1f} tokens/s" if speeds else ""
         report.notes.append(
-            f"local model: {path.name} loaded in {load_s:.1f} s ({provider.describe()}); "
+            f"local model: {path.name} started in {load_s:.1f} s (its own process, "
+            f"{provider.process.threads} threads; its CPU is not in the server's column); "
             f"{len(generations)} generations of {LOCAL_MAX_TOKENS} tokens at most, median "
             f"{statistics.median(generations):.2f} s{speed}"
         )

@@ -1,6 +1,9 @@
 """The chat flow for one user message, wired as a LangGraph graph:
 
-build_prompt → call_model → (tools ⇄ call_model) → (use_tool_answer) → save_turn → update_summary
+build_prompt → call_model → (tools ⇄ call_model) → (use_tool_answer) → save_turn
+
+The chat's summary is folded after the run, outside the graph (chat/summary.py, started by
+chat/runner.py once the chat is released).
 """
 
 from __future__ import annotations
@@ -14,25 +17,23 @@ from chat.nodes import (
     route_after_tools,
     run_tools,
     save_turn,
-    update_summary,
     use_tool_answer,
 )
-from chat.state import ChatState
+from chat.state import ChatState, stoppable
 
 builder = StateGraph(ChatState)
-builder.add_node("build_prompt", build_prompt)
-builder.add_node("call_model", call_model)
-builder.add_node("tools", run_tools)
-builder.add_node("use_tool_answer", use_tool_answer)
-builder.add_node("save_turn", save_turn)
-builder.add_node("update_summary", update_summary)
+# Every node can be stopped with its turn (chat/state.py: a client gone, Stop).
+builder.add_node("build_prompt", stoppable(build_prompt))
+builder.add_node("call_model", stoppable(call_model))
+builder.add_node("tools", stoppable(run_tools))
+builder.add_node("use_tool_answer", stoppable(use_tool_answer))
+builder.add_node("save_turn", stoppable(save_turn))
 
 builder.add_edge(START, "build_prompt")
 builder.add_edge("build_prompt", "call_model")
 builder.add_conditional_edges("call_model", route_after_model, ["tools", "call_model", "save_turn"])
 builder.add_conditional_edges("tools", route_after_tools, ["call_model", "use_tool_answer"])
 builder.add_edge("use_tool_answer", "save_turn")
-builder.add_edge("save_turn", "update_summary")
-builder.add_edge("update_summary", END)
+builder.add_edge("save_turn", END)
 
 graph = builder.compile(name="ResolveAI chat")

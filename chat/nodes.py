@@ -1,7 +1,7 @@
 """The chat graph's nodes, each a plain async function of (state, config) returning an update.
 
 Nodes report progress through LangGraph's stream writer as events the API forwards to the browser
-(`token`, `step`, `tool_start`, `tool_end`, `sources`, `done`, `summary`).
+(`token`, `step`, `tool_start`, `tool_end`, `sources`, `done`).
 """
 
 from __future__ import annotations
@@ -22,41 +22,52 @@ from chat.memory_recall import recall_memories
 from chat.replies import save_reply
 from chat.state import ChatState, TurnContext, turn_of
 from chat.steps import short_id, step_event
+from chat.summary import FOLD_AT_UNSUMMARISED
+from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
 from core import chat_store
-from core.prompts import chat_instructions, summary_request, user_turn
+from core.model_progress import progress_listener
+from core.prompts import chat_instructions, user_turn
 from core.tracing import trace_metadata
 
 log = logging.getLogger("resolveai.chat")
 
-HISTORY_MESSAGES = 10  # the latest messages the model sees verbatim (5 user + 5 assistant)
 MAX_MODEL_CALLS = 6  # per user message; the last one is made without tools
-SUMMARY_TRIGGER = 12  # fold once this many messages are not yet in the summary
+# The prompt carries every message the summary does not cover: about FOLD_AT_UNSUMMARISED at
+# most while folds succeed. Only when they keep failing (the utility model down) does this cap the
+# history to the latest messages, so a long chat still fits the model's context.
+MAX_HISTORY_MESSAGES = 2 * FOLD_AT_UNSUMMARISED
 # A forced web_search call (Use web tool) needs a query and a short context, not a reply: without a
 # cap, the local model once wrote 1,024 tokens of context (half an hour on two cores) and the call
 # failed validation anyway. Cut short, the call does not parse and the graph searches the user's
 # own words instead.
 FORCED_SEARCH_MAX_TOKENS = 600
+# A reply cut by the length limit is continued this many times at most, then left as it is.
+MAX_CONTINUATIONS = 2
+CONTINUE_REQUEST = "Continue exactly where you stopped, without repeating anything."
 
 
 # --- build_prompt --------------------------------------------------------------------------------
 
 
 async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
-    """Instructions (+ summary), the latest messages, then the new message with the memories
-    recalled for it, in that order."""
+    """Instructions (+ summary), every message the summary does not cover yet, then the new
+    message with the memories recalled for it, in that order.
+
+    Not a window of the latest messages: that would shift every turn. As the summary changes only
+    when a batch is folded into it (chat/summary.py), this prompt only grows at its end from one
+    turn to the next, and the model's prefix cache keeps all of it but the new message.
+    """
     turn = turn_of(config)
     pool = turn.services.database.pool
-    chat, history, recalled = await asyncio.gather(
-        chat_store.get_chat(pool, turn.chat_id),
-        chat_store.recent_messages(pool, turn.chat_id, limit=HISTORY_MESSAGES + 1),
-        recall_memories(turn, state["user_text"]),
+    (chat, history), recalled = await asyncio.gather(
+        _unsummarised(pool, turn.chat_id), recall_memories(turn, state["user_text"])
     )
     earlier = [
         {"role": m["role"], "content": _with_sources(m["content"], m["sources"])}
         for m in history
         if m["message_id"] != turn.user_message_id and m["content"].strip()
-    ][-HISTORY_MESSAGES:]
+    ][-MAX_HISTORY_MESSAGES:]
     system = chat_instructions(
         datetime.now(UTC), chat["summary"] if chat else None, memory=turn.memory
     )
@@ -76,6 +87,16 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     return {"messages": messages, "model_calls": 0, "reply": ""}
 
 
+async def _unsummarised(
+    pool: Any, chat_id: uuid.UUID
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The chat and the messages after the last one its summary covers. One after the other, so
+    the summary and the messages agree even if a fold is stored in between."""
+    chat = await chat_store.get_chat(pool, chat_id)
+    upto = chat["summary_upto_message_id"] if chat else None
+    return chat, await chat_store.messages_after(pool, chat_id, upto)
+
+
 def _with_sources(content: str, sources: list[dict[str, Any]]) -> str:
     """A web answer as the model sees it later: its [n] citations resolved by a sources list."""
     if not sources:
@@ -88,53 +109,82 @@ def _with_sources(content: str, sources: list[dict[str, Any]]) -> str:
 
 
 async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
-    """One streamed call of the `chat` model; the last allowed call gets no tools."""
+    """One streamed call of the `chat` model; the last allowed call gets no tools.
+
+    A chat model without tools (`capabilities: tools: false`, the local model) is never offered
+    any: with "Use web tool" ticked the first search runs on the user's own words instead of a
+    model call. Every model's text goes through the tool-markup filter, so call markup never
+    reaches the screen or the saved reply; a reply cut by the length limit is continued.
+    """
     turn = turn_of(config)
     calls = state.get("model_calls", 0) + 1
+    with_tools = turn.services.model_plan.capability("chat", "tools")
     names = available_tool_names(turn.services, memory_tools=turn.memory == "tools")
-    tools = None if calls >= MAX_MODEL_CALLS or state.get("answer_now") else tool_schemas(names)
+    wants_search = "web_search" in names and state.get("use_web") and not turn.searches
+    if wants_search and not with_tools:
+        log.info("Chat %s: searching the web for the message itself", short_id(turn.chat_id))
+        assistant = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_search_call(state["user_text"])],
+        }
+        return {"messages": [assistant], "model_calls": calls - 1}
+    offered = with_tools and calls < MAX_MODEL_CALLS and not state.get("answer_now")
+    tools = tool_schemas(names) if offered else None
     # "Use web tool" ticked: the first search of the message is not the model's choice.
-    force_search = (
-        bool(tools) and "web_search" in names and state.get("use_web") and not turn.searches
-    )
+    force_search = bool(tools) and wants_search
     tool_choice = {"type": "function", "function": {"name": "web_search"}} if force_search else None
     step_event(turn, "Thinking" if calls == 1 else "Thinking about what the tools found")
-    writer = get_stream_writer()
     reply = state.get("reply", "")
     separator = "\n\n" if reply else ""
 
     started = time.monotonic()
-    stream = await turn.services.router.acompletion(
-        model="chat",
-        messages=state["messages"],
-        tools=tools,
-        tool_choice=tool_choice,
-        **({"max_tokens": FORCED_SEARCH_MAX_TOKENS} if force_search else {}),
-        stream=True,
-        metadata=trace_metadata(turn.trace_id, str(turn.chat_id), f"chat call {calls}"),
-    )
+    messages = list(state["messages"])
+    markup = ToolCallStreamFilter(set(names) if tools else set())
     streamed = StreamedMessage()
-    async for chunk in stream:
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        streamed.add_tool_calls(delta.tool_calls)
-        text = delta.content
-        if text:
-            streamed.content.append(text)
-            if separator:
-                writer({"type": "token", "text": separator})
-                reply, separator = reply + separator, ""
-            writer({"type": "token", "text": text})
-            reply += text
+    shown: list[str] = []
+    # A slow model's progress ("Reading your message…") becomes steps; the provider reports it
+    # while the stream is read, in this task, so the listener is set around the reading too.
+    listener = progress_listener.set(_progress_steps(turn))
+    try:
+        for continuation in range(MAX_CONTINUATIONS + 1):
+            stream = await _stream_chat(turn, messages, tools, tool_choice, force_search, calls)
+            finish = None
+            async for chunk in stream:
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                finish = choice.finish_reason or finish
+                streamed.add_tool_calls(choice.delta.tool_calls)
+                text = markup.feed(choice.delta.content or "")
+                if text:
+                    shown.append(text)
+                    reply, separator = _show(reply, separator, text)
+            if finish != "length" or streamed.has_calls() or continuation == MAX_CONTINUATIONS:
+                break
+            # Cut by the length limit: ask for the rest and stitch it on.
+            log.info(
+                "Chat %s: reply cut by the length limit; continuing it", short_id(turn.chat_id)
+            )
+            messages += [
+                {"role": "assistant", "content": "".join(shown)},
+                {"role": "user", "content": CONTINUE_REQUEST},
+            ]
+    finally:
+        progress_listener.reset(listener)
+    rest, written_calls = markup.finish()
+    if rest:
+        shown.append(rest)
+        reply, separator = _show(reply, separator, rest)
     message = streamed.message()
-    tool_calls = message["tool_calls"]
+    tool_calls = message["tool_calls"] + [_written_call(name, args) for name, args in written_calls]
+    content = "".join(shown)
     log.info(
         "Chat %s: model call %d done in %d ms (%s)",
         short_id(turn.chat_id),
         calls,
         (time.monotonic() - started) * 1000,
-        f"{len(tool_calls)} tool calls" if tool_calls else f"{len(message['content'])} chars",
+        f"{len(tool_calls)} tool calls" if tool_calls else f"{len(content)} chars",
     )
     if force_search and not any(c["function"]["name"] == "web_search" for c in tool_calls):
         # A model that ignored tool_choice still searches: with the user's own words.
@@ -149,12 +199,58 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
             "Chat %s: the model repeated a tool call; asking for the answer", short_id(turn.chat_id)
         )
         return {"model_calls": calls, "reply": reply, "answer_now": True}
-    assistant: dict[str, Any] = {"role": "assistant", "content": message["content"] or None}
+    assistant: dict[str, Any] = {"role": "assistant", "content": content or None}
     if tool_calls:
         assistant["tool_calls"] = tool_calls
     else:
-        assistant["content"] = message["content"]
+        assistant["content"] = content
     return {"messages": [assistant], "model_calls": calls, "reply": reply}
+
+
+async def _stream_chat(
+    turn: TurnContext,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    tool_choice: dict[str, Any] | None,
+    force_search: bool,
+    calls: int,
+) -> Any:
+    return await turn.services.router.acompletion(
+        model="chat",
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        **({"max_tokens": FORCED_SEARCH_MAX_TOKENS} if force_search else {}),
+        stream=True,
+        metadata=trace_metadata(turn.trace_id, str(turn.chat_id), f"chat call {calls}"),
+    )
+
+
+def _progress_steps(turn: TurnContext) -> Any:
+    def step(text: str) -> None:
+        if not turn.steps or turn.steps[-1]["text"] != text:
+            step_event(turn, text)
+
+    return step
+
+
+def _show(reply: str, separator: str, text: str) -> tuple[str, str]:
+    """Stream `text` to the browser after the separator still owed; the new (reply, separator)."""
+    writer = get_stream_writer()
+    if separator:
+        writer({"type": "token", "text": separator})
+        reply = reply + separator
+    writer({"type": "token", "text": text})
+    return reply + text, ""
+
+
+def _written_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A call the model wrote as text, in the structured form."""
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
 
 
 class StreamedMessage:
@@ -183,6 +279,9 @@ class StreamedMessage:
                 call["name"] = function.name
             if getattr(function, "arguments", None):
                 call["arguments"].append(function.arguments)
+
+    def has_calls(self) -> bool:
+        return bool(self._calls)
 
     def message(self) -> dict[str, Any]:
         """{"content": the text, "tool_calls": in OpenAI's format, in index order}."""
@@ -335,73 +434,3 @@ async def save_turn(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     )
     get_stream_writer()({"type": "done", "message_id": message_id})
     return {"assistant_message_id": message_id}
-
-
-# --- update_summary ------------------------------------------------------------------------------
-
-
-def summary_words(messages_summarised: int) -> int:
-    """Target summary length: grows with what it covers, capped at 500 words."""
-    return min(500, 60 + 4 * messages_summarised)
-
-
-async def update_summary(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
-    """Fold messages that left the raw window into the rolling summary (after `done`).
-
-    A failure leaves the pointer where it was, so the next message retries the fold.
-    """
-    turn = turn_of(config)
-    pool = turn.services.database.pool
-    chat = await chat_store.get_chat(pool, turn.chat_id)
-    if chat is None:
-        return {"summary_updated": False}
-    pending = await chat_store.messages_after(pool, turn.chat_id, chat["summary_upto_message_id"])
-    if len(pending) < SUMMARY_TRIGGER:
-        return {"summary_updated": False}
-    to_fold = pending[:-HISTORY_MESSAGES]
-    already = await _count_summarised(pool, turn, chat["summary_upto_message_id"])
-    words = summary_words(already + len(to_fold))
-    started = time.monotonic()
-    try:
-        response = await turn.services.router.acompletion(
-            model="utility",
-            messages=summary_request(
-                chat["summary"], [(m["role"], m["content"]) for m in to_fold], words
-            ),
-            max_tokens=int(words * 2),
-            metadata=trace_metadata(turn.trace_id, str(turn.chat_id), "summary"),
-        )
-        summary = (response.choices[0].message.content or "").strip()
-        if not summary:
-            raise ValueError("the model returned an empty summary")
-    except Exception as error:
-        log.warning(
-            "Chat %s: summary not updated, will retry next message (%s: %s)",
-            short_id(turn.chat_id),
-            type(error).__name__,
-            error,
-        )
-        return {"summary_updated": False}
-    stored = await chat_store.set_summary(
-        pool,
-        turn.chat_id,
-        summary,
-        to_fold[-1]["message_id"],
-        previous_upto_message_id=chat["summary_upto_message_id"],
-    )
-    if stored:
-        log.info(
-            "Chat %s: summary updated with %d messages (%d words, %d ms)",
-            short_id(turn.chat_id),
-            len(to_fold),
-            len(summary.split()),
-            (time.monotonic() - started) * 1000,
-        )
-        get_stream_writer()({"type": "summary", "summary": summary})
-    return {"summary_updated": stored}
-
-
-async def _count_summarised(pool: Any, turn: TurnContext, upto: Any) -> int:
-    if upto is None:
-        return 0
-    return await chat_store.count_messages_upto(pool, turn.chat_id, upto)

@@ -4,7 +4,9 @@
 creates the chat on its first message, claims the chat for this run (one reply at a time per chat,
 held in Postgres so it holds across server processes) and saves the user's message before any model
 is called. `stream_turn` then runs the graph and guarantees that whatever happens (the graph fails,
-the client leaves) the reply is saved with what was produced and the claim is released.
+the client leaves) the reply is saved with what was produced and the claim is released. Once it
+is, the chat's summary is folded if it is due (chat/summary.py), in the background: the next
+message in the chat does not wait for it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from chat import summary
 from chat.graph import graph
 from chat.replies import save_reply
 from chat.state import TurnContext
@@ -143,9 +146,14 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             await _save_partial(turn, "".join(reply), "error", message)
         yield {"type": "error", "message": message}
     finally:
+        # Ended early (client gone, Stop): the graph's nodes must stop too, the model with them.
+        context.stop_work()
         renewer.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.shield(chat_store.release_chat_run(pool, context.chat_id, turn.run_id))
+        # Only now, and as a task of its own: the fold (a model call) holds no lease, so the next
+        # message in the chat never waits for it, and a client that left does not cancel it.
+        summary.start_fold(context.services, context.chat_id, context.trace_id)
 
 
 async def _keep_claim(turn: Turn) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import operator
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
@@ -39,11 +41,39 @@ class TurnContext:
     memories: dict[uuid.UUID, str] = field(default_factory=dict)
     # Tells this process's memory worker that a job was queued (it polls anyway).
     wake_memory: Callable[[], None] = lambda: None
+    # The graph's node tasks running now. LangGraph leaves them running when the run's consumer
+    # is cancelled (a client gone, Stop), so the turn cancels them itself (`stop_work`): else a
+    # model goes on writing a reply nobody reads.
+    work: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def stop_work(self) -> None:
+        for task in list(self.work):
+            task.cancel()
 
 
 def turn_of(config: RunnableConfig) -> TurnContext:
     """The turn a node or tool is running for."""
     return config["configurable"]["turn"]
+
+
+Node = Callable[[Any, RunnableConfig], Awaitable[dict[str, Any]]]
+
+
+def stoppable(node: Node) -> Node:
+    """A graph node whose task its turn can cancel (`TurnContext.stop_work`)."""
+
+    @functools.wraps(node)
+    async def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        work = turn_of(config).work
+        task = asyncio.current_task()
+        assert task is not None
+        work.add(task)
+        try:
+            return await node(state, config)
+        finally:
+            work.discard(task)
+
+    return run
 
 
 class ChatState(TypedDict, total=False):
@@ -59,4 +89,3 @@ class ChatState(TypedDict, total=False):
     tool_calls: Annotated[list[dict[str, Any]], operator.add]  # each tool run: name, args, result
     tool_answer: dict[str, Any] | None  # a finished answer a tool produced (web_search)
     assistant_message_id: str | None
-    summary_updated: bool

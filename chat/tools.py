@@ -229,7 +229,9 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
         chunks_kept=chunks_kept_for(turn.services.model_plan),
     ).run()
     if result.answer is None:
-        left = MAX_SEARCHES - len(turn.searches)
+        # A chat model without tools cannot search again: it answers from what it has.
+        can_search = turn.services.model_plan.capability("chat", "tools")
+        left = MAX_SEARCHES - len(turn.searches) if can_search else 0
         return _dumps(
             {
                 "enough_evidence": False,

@@ -59,7 +59,10 @@ class Settings(BaseSettings):
     local_model_context: int = Field(8192, ge=512)
     local_model_threads: int | None = Field(None, ge=1)
     local_model_max_tokens: int = Field(1024, ge=16)
-    scripted_turns_file: Path | None = None
+    local_model_url: str | None = None
+    local_model_warm_up: bool = True
+    local_model_queue: int = Field(3, ge=0)
+    model_call_deadline: float = Field(180.0, gt=0)
 
     # Provider keys (optional: a missing key leaves that provider out)
     groq_api_key: SecretStr | None = None
@@ -101,9 +104,9 @@ class Settings(BaseSettings):
 
     @field_validator(
         "local_model_path",
-        "scripted_turns_file",
         "models_config",
         "local_model_threads",
+        "local_model_url",
         "web_search_provider",
         "web_pages_dir",
         mode="before",

@@ -2,8 +2,10 @@
 
 `models.yaml` (LiteLLM's `model_list` format) names a deployment group per role plus fallbacks.
 Here we resolve keys from the settings, leave out deployments whose key is missing, let a role with
-no deployment borrow its first remaining fallback, and register the in-process providers (`local`
-llama.cpp and the `scripted` test model). Retries, fallbacks and timeouts are the Router's.
+no deployment borrow its first remaining fallback, and register our one provider of our own,
+`local` (`core.local_model.provider`). A deployment naming a provider that is neither LiteLLM's nor
+registered is refused at start-up (the tests' scripted model is registered by the tests only).
+Retries, fallbacks and timeouts are the Router's.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import yaml
 from litellm import Router
 
 from core.config import Settings
+from core.custom_provider import CustomProvider
 from core.errors import StartupError
-from core.inprocess_provider import InProcessProvider
 
 log = logging.getLogger("resolveai.models")
 
@@ -28,9 +30,11 @@ ROLES = ("chat", "utility", "memory")
 BORROWS_FROM = {"memory": "utility"}
 # What a deployment can do, from its `capabilities:` entry in models.yaml (our key, not LiteLLM's:
 # it is taken off before the Router sees the deployment), else these defaults.
+# tools: the chat model is offered tools at all (without them, memory works through recall and
+# extraction around the model, and "Use web tool" searches the user's words directly).
 # memory_tools: the chat model is offered save_memory/retrieve_memory (memory works without them:
 # recall before the reply and extraction after it run around the model).
-DEFAULT_CAPABILITIES = {"memory_tools": True}
+DEFAULT_CAPABILITIES = {"tools": True, "memory_tools": True}
 ENV_PREFIX = "os.environ/"
 
 
@@ -60,7 +64,7 @@ class ModelPlan:
         return self.capabilities.get(first or "", {}).get(name, DEFAULT_CAPABILITIES[name])
 
     def runs_locally(self, role: str) -> bool:
-        """Whether the role's first choice is the in-process model (slow to read long prompts)."""
+        """Whether the role's first choice is the local model (slow to read long prompts)."""
         return any(m.startswith("local/") for m in self.deployments(role)[:1])
 
     def describe(self, role: str) -> str:
@@ -86,6 +90,7 @@ def plan_models(settings: Settings) -> ModelPlan:
     for entry in config.get("model_list") or []:
         deployment = {k: v for k, v in entry.items() if k != "capabilities"}
         params = copy.deepcopy(deployment["litellm_params"])
+        _check_provider(params["model"], settings)
         missing = _resolve_keys(params, settings)
         if missing:
             left_out.append(f"{params['model']} (no {', '.join(missing)})")
@@ -135,6 +140,16 @@ def plan_models(settings: Settings) -> ModelPlan:
     return plan
 
 
+def _check_provider(model: str, settings: Settings) -> None:
+    provider = model.split("/", 1)[0]
+    known = provider in litellm.provider_list or provider == "local"
+    if not known and provider_handler(provider) is None:
+        raise StartupError(
+            f"Unknown model provider {provider!r} in MODELS_CONFIG ({settings.models_config}): "
+            "use one of LiteLLM's providers (openai/, groq/, gemini/, ollama/, …) or local/"
+        )
+
+
 def _resolve_keys(params: dict[str, Any], settings: Settings) -> list[str]:
     """Replace `os.environ/NAME` values with the setting's value; return names that are unset."""
     missing = []
@@ -149,30 +164,32 @@ def _resolve_keys(params: dict[str, Any], settings: Settings) -> list[str]:
     return missing
 
 
-def register_provider(name: str, handler: InProcessProvider) -> None:
-    """Make `name/<model>` route to an in-process provider (replacing an earlier registration)."""
+def register_provider(name: str, handler: CustomProvider) -> None:
+    """Make `name/<model>` route to a provider of ours (replacing an earlier registration)."""
     litellm.custom_provider_map = [
         item for item in litellm.custom_provider_map if item["provider"] != name
     ] + [{"provider": name, "custom_handler": handler}]
 
 
 def build_router(settings: Settings, plan: ModelPlan | None = None) -> Router:
-    """The Router for `plan` (or the settings' plan), with the in-process providers registered."""
+    """The Router for `plan` (or the settings' plan), with the local model's client registered."""
     plan = plan or plan_models(settings)
     used = {d["litellm_params"]["model"].split("/", 1)[0] for d in plan.model_list}
     if "local" in used:
-        from core.local_llm import LocalLlamaProvider
+        from core.local_model.provider import LocalModelProvider
 
-        register_provider("local", LocalLlamaProvider(settings))
-    if "scripted" in used:
-        from core.scripted_llm import ScriptedProvider
+        previous = provider_handler("local")
+        if isinstance(previous, LocalModelProvider):
+            previous.close()
+        register_provider("local", LocalModelProvider(settings))
+    # One deadline for every model call (MODEL_CALL_DEADLINE) unless the file sets its own; the
+    # local model's client enforces it too (LiteLLM's timeout does not reach our provider).
+    router_settings = {"timeout": settings.model_call_deadline, **plan.router_settings}
+    return Router(model_list=plan.model_list, fallbacks=plan.fallbacks, **router_settings)
 
-        register_provider("scripted", ScriptedProvider(settings.scripted_turns_file))
-    return Router(model_list=plan.model_list, fallbacks=plan.fallbacks, **plan.router_settings)
 
-
-def provider_handler(name: str) -> InProcessProvider | None:
-    """The registered in-process provider called `name`, if any (tests script it through this)."""
+def provider_handler(name: str) -> CustomProvider | None:
+    """The registered provider of ours called `name`, if any (tests script it through this)."""
     for item in litellm.custom_provider_map:
         if item["provider"] == name:
             return item["custom_handler"]  # type: ignore[return-value]

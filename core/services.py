@@ -27,6 +27,7 @@ from core.llm_router import (
     plan_models,
     provider_handler,
 )
+from core.local_model.weights import MODEL_LABEL
 from core.memory_store import reembed_stale_memories
 from core.preferences import memory_paused
 from core.tracing import configure_tracing
@@ -55,7 +56,8 @@ class Services:
             "database": {"description": self.database.description, **database},
             "embedder": {"model": self.embedder.model_name, "state": self.embedder.state},
             "models": {role: self.model_plan.describe(role) for role in ROLES},
-            "local_model": _local_model_state(local),
+            "answering": self.answering(),
+            "local_model": local.health() if local is not None else {"state": "not used"},
             "features": self.features,
         }
         if database.get("ok"):
@@ -66,15 +68,20 @@ class Services:
         report["ok"] = bool(database.get("ok")) and self.embedder.state == "ready"
         return report
 
+    def answering(self) -> dict[str, Any]:
+        """Which model writes the replies, for the UI to say so (a local CPU model is slow)."""
+        first = next(iter(self.model_plan.deployments("chat")), "")
+        local = self.model_plan.runs_locally("chat")
+        path = self.settings.local_model_path
+        label = (path.stem if path else MODEL_LABEL) if local else first.split("/", 1)[-1]
+        return {"model": first, "label": label, "runs_locally": local}
+
     async def close(self) -> None:
+        local = provider_handler("local")
+        if local is not None:
+            await asyncio.to_thread(local.close)
         self.embedder.close()
         await self.database.close()
-
-
-def _local_model_state(provider: object | None) -> str:
-    if provider is None:
-        return "not used"
-    return "loaded" if getattr(provider, "loaded", False) else "not loaded"
 
 
 async def open_services(settings: Settings) -> Services:

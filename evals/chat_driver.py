@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from chat import summary
 from chat.runner import start_turn, stream_turn
 from core import chat_store
 from core.services import Services
@@ -36,7 +37,9 @@ class Exchange:
 async def ask(
     services: Services, content: str, chat_id: uuid.UUID | None = None, use_web: bool = False
 ) -> Exchange:
-    """One user message and its whole reply (the summary update after `done` included)."""
+    """One user message and its whole reply. The summary fold it may start (after the reply, in
+    the background) is waited for, not timed: the next message then finds the chat as it would
+    after a pause, and a fold on the local model does not slow the next reply's figures."""
     started = time.perf_counter()
     turn = await start_turn(services, chat_id, content, use_web)
     tool_calls: list[dict[str, Any]] = []
@@ -50,6 +53,7 @@ async def ask(
         elif event["type"] == "error":
             error = event["message"]
     seconds = time.perf_counter() - started
+    await summary.settled()
     saved = None
     if message_id is not None:
         messages = await chat_store.list_messages(services.database.pool, turn.context.chat_id)

@@ -7,12 +7,12 @@ Each LoCoMo session (../shared/evaldata/locomo/conversations.json, read in place
 through the real chat flow (runner, graph, recall, `save_reply` queueing the extraction), one chat
 per session. The user is the conversation's first speaker: each of their turns is sent as its own
 user message, and the other speaker's next turn is the assistant's reply, so extraction sees what
-it sees in the app (one user message, the reply before it as context) with the conversation's
-real words on both sides. A session that the other speaker opens starts with that turn as the
-chat's first assistant message. The replies come from the scripted provider (core/scripted_llm.py)
-playing the `chat` and `utility` roles (summaries): they are data, not what is measured, and a
-local chat model would cost a minute a turn. The `memory` role stays the configured one (the local
-model without keys), with its own fallbacks: extraction runs for real. The session's messages are
+it sees in the app (one user message, the reply before it as context) with the conversation's real
+words on both sides. A session that the other speaker opens starts with that turn as the chat's
+first assistant message. The replies come from the scripted provider (tests/scripted_model.py)
+playing the `chat` and `utility` roles (summaries): they are data, not what is measured, and a local
+chat model would cost a minute a turn. The `memory` role stays the configured one (the local model
+without keys), with its own fallbacks: extraction runs for real. The session's messages are
 dated to the session's date (the extraction writes "yesterday" as a date from it), then the
 extraction queue is run to completion (`MemoryWorker(services).run_pending()`), as the app's
 worker would after each reply.
@@ -76,13 +76,13 @@ from core.grounding import best_supporting_sentence, find_quote, shares_a_word
 from core.llm_router import ModelPlan, provider_handler, register_provider
 from core.memory_search import retrieve_memories
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
-from core.scripted_llm import ScriptedProvider
 from core.services import Services
 from evals.chat_driver import ask
 from evals.datasets import LOCOMO_FILE, Conversation, Session, Turn, load_locomo
 from evals.metrics import percentile
 from evals.report import Report, Table
 from evals.scratch import forget_everything, scratch_services
+from tests.scripted_model import ScriptedProvider
 
 DEFAULT_DATA = LOCOMO_FILE
 # The roles the scripted provider plays while a conversation is replayed: the reply (the other

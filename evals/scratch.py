@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from core.config import Settings, load_settings
 from core.db import Database
-from core.model_weights import default_model_path
+from core.local_model.weights import default_model_path
 from core.services import Services, open_services
 
 

@@ -18,16 +18,20 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from chat import summary
 from core.config import PROJECT_ROOT, Settings, load_settings
 from core.db import Database, _configure_connection, migrate
-from core.llm_router import provider_handler
-from core.scripted_llm import ScriptedProvider
+from core.llm_router import provider_handler, register_provider
 from core.services import Services, open_services
 from rag.embedder import Embedder
+from tests.scripted_model import ScriptedProvider
 
 # Tests reach nothing beyond loopback: no model hub, no cost-map fetch.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+# The scripted model is the tests' own: registered here, never by the app.
+register_provider("scripted", ScriptedProvider())
 
 
 @pytest.fixture(scope="session")
@@ -121,12 +125,15 @@ async def chat_services(settings: Settings) -> AsyncIterator[Services]:
 
 
 @pytest.fixture
-def model(chat_services: Services) -> ScriptedProvider:
-    """The scripted model, emptied: a test pushes the turns it needs (core/scripted_llm.py)."""
+async def model(chat_services: Services) -> AsyncIterator[ScriptedProvider]:
+    """The scripted model, emptied: a test pushes the turns it needs (tests/scripted_model.py)."""
     provider = provider_handler("scripted")
     assert isinstance(provider, ScriptedProvider)
     provider.reset()
-    return provider
+    yield provider
+    # A summary fold still running after the test (chat/summary.py) would take the next one's
+    # scripted turns.
+    await summary.settled()
 
 
 @pytest.fixture(scope="module")

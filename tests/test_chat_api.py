@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
-from chat.nodes import HISTORY_MESSAGES, MAX_MODEL_CALLS, summary_words
+from chat import summary
+from chat.nodes import MAX_MODEL_CALLS
 from chat.runner import MAX_MESSAGE_CHARS, start_turn, stream_turn
+from chat.summary import FOLD_AT_UNSUMMARISED, FOLD_MESSAGES, summary_words
 from core import chat_store
 from core.llm_router import provider_handler
 from core.prompts import WEB_NOTE
@@ -69,30 +72,31 @@ async def test_long_first_message_gets_a_short_title(client, model) -> None:
     assert len(events[0]["title"]) <= 61 and events[0]["title"].endswith("…")
 
 
-async def test_prompt_order_and_ten_message_window(client, model, chat_services) -> None:
+async def test_prompt_order_and_every_unsummarised_message(client, model, chat_services) -> None:
     pool = chat_services.database.pool
     chat = await chat_store.create_chat(pool, "long chat")
-    for i in range(7):
+    for i in range(8):
         await chat_store.add_message(pool, chat["chat_id"], "user", f"question {i}")
         await chat_store.add_message(pool, chat["chat_id"], "assistant", f"answer {i}")
-    first = (await chat_store.list_messages(pool, chat["chat_id"]))[1]
+    second = (await chat_store.list_messages(pool, chat["chat_id"]))[3]
     assert await chat_store.set_summary(
-        pool, chat["chat_id"], "They talked about i.", first["message_id"]
+        pool, chat["chat_id"], "They talked about i.", second["message_id"]
     )
-    model.push({"text": "fine"}, {"text": "The user asked questions 0 to 2."})
+    model.push({"text": "fine"})
 
     await send(client, "and now?", chat["chat_id"])
+    await summary.settled()
     seen = model.calls[0]["messages"]
     assert seen[0]["role"] == "system"
     system = seen[0]["content"]
     assert system.index("<instructions>") < system.index("<conversation_summary>")
     assert "They talked about i." in system and "Current date and time:" in system
-    history = seen[1:-1]
-    assert len(history) == HISTORY_MESSAGES
-    assert [m["content"] for m in history] == [
-        text for i in range(2, 7) for text in (f"question {i}", f"answer {i}")
+    # All 12 messages after the summary's last one, not a window of the latest few.
+    assert [m["content"] for m in seen[1:-1]] == [
+        text for i in range(2, 8) for text in (f"question {i}", f"answer {i}")
     ]
     assert seen[-1] == {"role": "user", "content": "and now?"}
+    assert len(model.calls) == 1  # 18 messages, 14 of them unsummarised: no fold yet
 
 
 async def test_web_note_reaches_the_model_not_the_database(model, chat_services) -> None:
@@ -313,63 +317,187 @@ async def test_rename_delete_and_filter_chats(client, model) -> None:
 # --- rolling summary -----------------------------------------------------------------------------
 
 
-async def _chat_with_messages(pool: Any, count: int) -> uuid.UUID:
-    chat = await chat_store.create_chat(pool, "summary test")
+async def _chat_with_messages(pool: Any, count: int, temporary: bool = False) -> uuid.UUID:
+    chat = await chat_store.create_chat(pool, "summary test", temporary=temporary)
     for i in range(count):
         role = "user" if i % 2 == 0 else "assistant"
         await chat_store.add_message(pool, chat["chat_id"], role, f"{role} message {i}")
     return chat["chat_id"]
 
 
-async def test_summary_folds_what_left_the_window_after_done(client, model, chat_services) -> None:
-    pool = chat_services.database.pool
-    chat_id = await _chat_with_messages(pool, 8)
-    model.push({"text": "reply"})
-    events = await send(client, "message 8", chat_id)  # 10 messages now: no summary yet
-    assert "summary" not in types(events)
-    assert len(model.calls) == 1
+def utility_calls(model: Any) -> list[dict[str, Any]]:
+    return [call for call in model.calls if call["model"] == "utility"]
 
-    model.push({"text": "reply"}, {"text": "The user sent messages 0 and 1."})
-    events = await send(client, "message 10", chat_id)  # 12 unsummarised: fold the oldest 2
-    assert types(events)[-2:] == ["done", "summary"]
-    request = model.calls[-1]
-    assert request["model"] == "utility"
-    assert f"at most {summary_words(2)} words" in request["messages"][0]["content"]
-    assert "user message 0" in request["messages"][1]["content"]
-    assert "user message 2" not in request["messages"][1]["content"]
+
+async def test_summary_folds_the_oldest_batch_after_the_turn(client, model, chat_services) -> None:
+    pool = chat_services.database.pool
+    chat_id = await _chat_with_messages(pool, FOLD_AT_UNSUMMARISED - 4)
+    model.push({"text": "reply"})
+    await send(client, "message 16", chat_id)  # 18 unsummarised: no fold yet
+    await summary.settled()
+    assert utility_calls(model) == []
+
+    model.push({"text": "reply"}, {"text": "The user sent messages 0 to 9."})
+    events = await send(client, "message 18", chat_id)  # 20 unsummarised: fold the oldest 10
+    # The fold runs after the stream ended: nothing about it is on the turn's stream.
+    assert types(events)[-1] == "done" and "summary" not in types(events)
+    await summary.settled()
+    [request] = utility_calls(model)
+    assert f"at most {summary_words(FOLD_MESSAGES)} words" in request["messages"][0]["content"]
+    folded = request["messages"][1]["content"]
+    assert "user message 0" in folded and "assistant message 9" in folded
+    assert "user message 10" not in folded
     messages = await chat_store.list_messages(pool, chat_id)
     chat = await chat_store.get_chat(pool, chat_id)
-    assert chat["summary"] == "The user sent messages 0 and 1."
-    assert chat["summary_upto_message_id"] == messages[1]["message_id"]
-    summary = (await client.get(f"/api/chats/{chat_id}/summary")).json()
-    assert summary["summary"] == "The user sent messages 0 and 1."
+    assert chat["summary"] == "The user sent messages 0 to 9."
+    assert chat["summary_upto_message_id"] == messages[FOLD_MESSAGES - 1]["message_id"]
+    stored = (await client.get(f"/api/chats/{chat_id}/summary")).json()
+    assert stored["summary"] == "The user sent messages 0 to 9."
 
-    # The next prompt carries the summary and still the latest 10 messages verbatim.
-    model.push({"text": "reply"}, {"text": "Messages 0 to 3 happened."})
-    await send(client, "message 12", chat_id)
-    prompt = model.calls[-2]["messages"]
-    assert "The user sent messages 0 and 1." in prompt[0]["content"]
-    assert len(prompt) == 1 + HISTORY_MESSAGES + 1
-    assert f"at most {summary_words(4)} words" in model.calls[-1]["messages"][0]["content"]
+    # The next prompt: the summary, then every one of the 10 messages after it, then the new one.
+    model.push({"text": "reply"})
+    await send(client, "message 20", chat_id)
+    await summary.settled()
+    prompt = model.calls[-1]["messages"]
+    assert "The user sent messages 0 to 9." in prompt[0]["content"]
+    assert [m["content"] for m in prompt[1:-1]] == [m["content"] for m in messages[10:]]
+    assert len(utility_calls(model)) == 1  # 12 unsummarised now: no second fold
 
 
-async def test_failed_summary_keeps_the_pointer_and_retries(client, model, chat_services) -> None:
+class _FrozenClock(datetime):
+    """`datetime.now` stuck at one moment: the instructions name the hour, and a test that ran
+    across an hour's end would see the prefix change for that reason."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> _FrozenClock:
+        return cls(2026, 3, 2, 9, 30, tzinfo=UTC)
+
+
+async def test_twenty_turns_fold_rarely_and_keep_the_prompt_prefix(
+    client, model, chat_services, monkeypatch
+) -> None:
+    turns = 20
+    monkeypatch.setattr("chat.nodes.datetime", _FrozenClock)
+    folds = iter(range(1, 100))
+    monkeypatch.setattr(
+        model,
+        "responder",
+        lambda name, messages: (
+            {"text": f"Summary number {next(folds)}."}
+            if name == "utility"
+            else {"text": f"Reply to: {messages[-1]['content']}"}
+        ),
+    )
     pool = chat_services.database.pool
-    chat_id = await _chat_with_messages(pool, 10)
+    # Temporary: no memories recalled into the new message, which would make it differ from the
+    # same message in the next prompt's history.
+    async with client.stream(
+        "POST", "/api/messages", json={"content": "turn 0", "temporary": True}
+    ) as response:
+        assert response.status_code == 200
+        events = [e async for e in read_events(response)]
+    chat_id = uuid.UUID(events[0]["chat_id"])
+    pointers = [None]  # the summary's last message when each turn's prompt was built
+    for n in range(turns):
+        if n:
+            pointers.append((await chat_store.get_chat(pool, chat_id))["summary_upto_message_id"])
+            events = await send(client, f"turn {n}", chat_id)
+        assert types(events)[-1] == "done" and "summary" not in types(events)
+        await summary.settled()
+
+    prompts = [call["messages"] for call in model.calls if call["model"] == "chat"]
+    assert len(prompts) == turns
+    # 40 messages: folded after turns 10, 15 and 20, never more often than once per 5 turns.
+    assert len(utility_calls(model)) <= turns // 5
+    assert len(utility_calls(model)) == 3
+    stable = 0
+    for n in range(1, turns):
+        previous, prompt = prompts[n - 1], prompts[n]
+        if pointers[n] == pointers[n - 1]:
+            # No fold in between: the whole previous prompt is this one's start, unchanged.
+            assert prompt[: len(previous)] == previous, f"prompt {n} changed its prefix"
+            assert len(prompt) == len(previous) + 2  # + the reply, + the new message
+            stable += 1
+        else:
+            assert prompt[0] != previous[0]  # the new summary
+            assert len(prompt) == len(previous) + 2 - FOLD_MESSAGES
+    assert stable == turns - 1 - 2
+    assert max(len(p) for p in prompts) - 2 < FOLD_AT_UNSUMMARISED  # history, never the cap
+
+
+async def test_failed_fold_leaves_the_reply_alone_and_is_retried(
+    client, model, chat_services
+) -> None:
+    pool = chat_services.database.pool
+    chat_id = await _chat_with_messages(pool, FOLD_AT_UNSUMMARISED - 2)
     # utility fails, and so does its fallback (chat): the summary is skipped, not the reply.
     model.push({"text": "reply"}, {"error": "utility down"}, {"error": "chat down too"})
-    events = await send(client, "message 10", chat_id)
-    assert types(events)[-1] == "done"
+    events = await send(client, "message 18", chat_id)
+    assert types(events)[-1] == "done" and "error" not in types(events)
+    await summary.settled()
+    assert model.remaining == 0  # the fold did try
+    saved = await messages_of(client, str(chat_id))
+    assert (saved[-1]["content"], saved[-1]["status"]) == ("reply", "complete")
     chat = await chat_store.get_chat(pool, chat_id)
     assert chat["summary"] is None and chat["summary_upto_message_id"] is None
 
     model.push({"text": "reply"}, {"text": "Folded at last."})
-    events = await send(client, "message 12", chat_id)
-    assert types(events)[-1] == "summary"
+    events = await send(client, "message 20", chat_id)
+    assert types(events)[-1] == "done"
+    await summary.settled()
     chat = await chat_store.get_chat(pool, chat_id)
     messages = await chat_store.list_messages(pool, chat_id)
     assert chat["summary"] == "Folded at last."
-    assert chat["summary_upto_message_id"] == messages[3]["message_id"]  # 14 - 10 folded
+    assert chat["summary_upto_message_id"] == messages[FOLD_MESSAGES - 1]["message_id"]
+
+
+async def test_next_message_does_not_wait_for_a_running_fold(
+    client, model, chat_services, monkeypatch
+) -> None:
+    pool = chat_services.database.pool
+    chat_id = await _chat_with_messages(pool, FOLD_AT_UNSUMMARISED - 2)
+    # The fold is held just before it stores its summary, after its model call.
+    reached, release = asyncio.Event(), asyncio.Event()
+    store = chat_store.set_summary
+
+    async def held_store(*args: Any, **kwargs: Any) -> bool:
+        reached.set()
+        await release.wait()
+        return await store(*args, **kwargs)
+
+    monkeypatch.setattr(chat_store, "set_summary", held_store)
+    model.push({"text": "first reply"}, {"text": "A summary of messages 0 to 9."})
+    try:
+        await send(client, "message 18", chat_id)
+        await asyncio.wait_for(reached.wait(), 30)
+        model.push({"text": "second reply"})
+        events = await send(client, "message 20", chat_id)  # not 409, not held up
+        assert types(events)[-1] == "done"
+        saved = await messages_of(client, str(chat_id))
+        assert saved[-1]["content"] == "second reply"
+        assert (await chat_store.get_chat(pool, chat_id))["summary"] is None  # still folding
+    finally:
+        release.set()
+    await summary.settled()
+    chat = await chat_store.get_chat(pool, chat_id)
+    assert chat["summary"] == "A summary of messages 0 to 9."
+    assert len(utility_calls(model)) == 1  # the second turn's fold was left to the running one
+
+
+async def test_fold_goes_on_when_the_client_leaves_after_done(model, chat_services) -> None:
+    pool = chat_services.database.pool
+    chat_id = await _chat_with_messages(pool, FOLD_AT_UNSUMMARISED - 2)
+    model.push({"text": "reply"}, {"text": "Folded without its client."})
+    turn = await start_turn(chat_services, chat_id, "message 18", use_web=False)
+    stream = stream_turn(turn)
+    async for event in stream:
+        if event["type"] == "done":
+            break
+    await stream.aclose()  # the client is gone
+    await summary.settled()
+    chat = await chat_store.get_chat(pool, chat_id)
+    assert chat["summary"] == "Folded without its client."
+    assert await chat_store.claim_chat_run(pool, chat_id, uuid.uuid4(), 1)  # released, too
 
 
 def test_summary_word_target() -> None:

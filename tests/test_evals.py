@@ -19,7 +19,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from core.db import Database, _configure_connection, migrate
 from core.llm_router import build_router, plan_models, provider_handler
-from core.scripted_llm import ScriptedProvider
 from core.services import Services
 from evals import memory_qa, report
 from evals.__main__ import main
@@ -31,6 +30,7 @@ from evals.memory_retrieval import unrelated_questions
 from evals.metrics import mean_by, recall_at, reciprocal_rank, token_f1, verdict_scores
 from rag.embedder import Embedder
 from tests.conftest import new_database
+from tests.scripted_model import ScriptedProvider
 
 # memory-retrieval, `--limit 60 --unrelated 100`: retrieve_memory (hybrid) recall@10 0.696, MRR
 # 0.520; its vector half alone 0.409 / 0.202; BM25 0.614 / 0.426; of the 300 unrelated searches

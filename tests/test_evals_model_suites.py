@@ -32,7 +32,6 @@ from core.db import Database
 from core.grounding import find_quote
 from core.llm_router import ModelPlan, plan_models
 from core.prompts import memory_extraction_request
-from core.scripted_llm import ScriptedProvider
 from core.services import Services
 from evals import evidence_check, memory_extraction, report, web_answers
 from evals.__main__ import main as evals_main
@@ -40,6 +39,7 @@ from evals.datasets import load_locomo, load_squad
 from rag.search_providers import PagesProvider
 from rag.web_rag import CHUNKS_FOR_LOCAL_MODEL, CHUNKS_KEPT, chunks_kept_for
 from tests.conftest import SCRIPTED_MODELS
+from tests.scripted_model import ScriptedProvider
 
 FESTIVAL = (
     "# Zorblax festival\n\nThe Zorblax festival is held every March in Quentaro, a small harbour"

@@ -28,10 +28,10 @@ from core.grounding import (
     sentence_span,
     split_sentences,
 )
-from core.scripted_llm import ScriptedProvider
 from core.services import Services, open_services
 from tests.chat_client import send
 from tests.conftest import SCRIPTED_MODELS, new_database
+from tests.scripted_model import ScriptedProvider
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from core.config import PROJECT_ROOT, load_settings
 from core.errors import StartupError
 from core.llm_router import build_router, plan_models, provider_handler
-from core.scripted_llm import ScriptedProvider
+from tests.scripted_model import ScriptedProvider
 
 SCRIPTED_MODELS = PROJECT_ROOT / "tests" / "models.scripted.yaml"
 LOCAL = "local/qwen2.5-coder-1.5b-instruct"

@@ -1,42 +1,57 @@
-"""Tests for the local model: assembling its weights (core/model_weights.py) and running it through
-LiteLLM as the `local` provider (core/local_llm.py).
+"""Tests for the local model (core/local_model/): assembling its weights, the request its client
+sends, the machine-wide queue, the prompt budget, and the real model in its own process through
+LiteLLM: a constrained tool call, a constrained JSON verdict, Stop, and a crash and restart.
 
-The real-model test assembles the 1.1 GB GGUF once per test session into a temporary data dir
-(a few seconds) and keeps the whole conversation short, so it runs in the normal test run.
+The real-model tests assemble the 1.1 GB GGUF once per test session into a temporary data dir
+(a few seconds), share one model process, and keep every reply short, so they run in the normal
+test run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
+import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import psutil
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm's bundled map
 
 import litellm
 
-from core import model_weights
+from chat.warm_up import warm_local_model
 from core.config import PROJECT_ROOT, Settings, load_settings
+from core.custom_provider import ProviderFailure
 from core.errors import StartupError
-from core.inprocess_provider import ProviderFailure, TextDelta
-from core.llm_router import ModelPlan, build_router, provider_handler, register_provider
-from core.local_llm import LocalLlamaProvider
-from core.model_weights import (
+from core.llm_router import ModelPlan, build_router, plan_models, provider_handler
+from core.local_model import weights as model_weights
+from core.local_model.process import LocalModelProcess
+from core.local_model.provider import LocalModelProvider, _request
+from core.local_model.queue import ModelQueue, QueueFull
+from core.local_model.serve import ORPHAN_CHECK_SECONDS
+from core.local_model.weights import (
     MODEL_FILENAME,
     MODEL_SHA256,
     MODEL_SIZE,
     ModelWeightsError,
     ensure_local_model,
 )
-from core.scripted_llm import ScriptedProvider
+from core.model_progress import progress_listener
+from core.prompts import chat_instructions
+from tests.scripted_model import ScriptedProvider
 
 MODEL = "local/qwen2.5-coder-1.5b-instruct"
 WEATHER_TOOL = {
@@ -151,62 +166,185 @@ def test_local_model_path_must_exist(tmp_path: Path) -> None:
     assert ensure_local_model(settings) == own
 
 
-# --- response_format: the grammar, and LiteLLM handing it on --------------------------------
+# --- the request the client sends ----------------------------------------------------------
 
 
-def test_grammar_is_built_once_per_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import llama_cpp
-
-    built: list[str] = []
-    convert = llama_cpp.LlamaGrammar.from_json_schema
-
-    def counting(json_schema: str, verbose: bool = True) -> llama_cpp.LlamaGrammar:
-        built.append(json_schema)
-        return convert(json_schema, verbose=verbose)
-
-    monkeypatch.setattr(llama_cpp.LlamaGrammar, "from_json_schema", counting)
-    provider = LocalLlamaProvider(make_settings(tmp_path))  # no model is loaded for this
-    first = provider.grammar_for(ENOUGH_FORMAT)
-    assert first is not None and built == [json.dumps(ENOUGH_SCHEMA)]
-    # An equal schema in another dict (each call brings its own) reuses the grammar.
-    assert provider.grammar_for(copy.deepcopy(ENOUGH_FORMAT)) is first
-    other = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}
-    assert provider.grammar_for(other) is not first
-    assert provider.grammar_for(other) is provider.grammar_for(other)
-    assert len(built) == 2
-    # Any JSON object (json_object) needs no schema; free text needs no grammar.
-    any_object = provider.grammar_for({"type": "json_object"})
-    assert any_object is not None and provider.grammar_for({"type": "json_object"}) is any_object
-    assert provider.grammar_for({"type": "text"}) is None and provider.grammar_for(None) is None
-    assert len(built) == 2
-
-
-def test_unusable_response_format_is_refused_and_odd_schemas_ask_for_json(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    provider = LocalLlamaProvider(make_settings(tmp_path))
-    for response_format in ({"type": "xml"}, "json"):
+def test_request_maps_response_format_and_offers_tools_as_asked() -> None:
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    plain = _request(messages, {}, 512)
+    assert plain["messages"] == [{"role": "user", "content": "Hi"}]
+    assert plain["max_tokens"] == 512 and "tools" not in plain
+    # json_schema becomes what llama-cpp-python's server takes; no tools beside a JSON reply.
+    verdict = _request(messages, {"response_format": ENOUGH_FORMAT, "tools": [WEATHER_TOOL]}, 64)
+    assert verdict["response_format"] == {"type": "json_object", "schema": ENOUGH_SCHEMA}
+    assert "tools" not in verdict
+    assert _request(messages, {"response_format": {"type": "json_object"}}, 64)[
+        "response_format"
+    ] == {"type": "json_object"}
+    for unusable in ({"type": "xml"}, "json"):
         with pytest.raises(ProviderFailure) as error:
-            provider.grammar_for(response_format)
+            _request(messages, {"response_format": unusable}, 64)
         assert error.value.status_code == 400
-    # A schema the converter cannot read still gets a JSON reply (the caller validates it).
-    odd = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "banana"}}}
-    assert provider.grammar_for(odd) is not None
-    assert "asking for any JSON object instead" in caplog.text
+    other = {**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "name": "other"}}
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    request = _request(messages, {"tools": [other, WEATHER_TOOL], "tool_choice": forced}, 64)
+    assert request["tools"] == [WEATHER_TOOL] and request["tool_choice"] == forced
+    assert "tools" not in _request(messages, {"tools": [WEATHER_TOOL], "tool_choice": "none"}, 64)
 
 
-async def test_litellm_hands_response_format_to_an_in_process_provider() -> None:
+async def test_queue_serves_in_order_reports_who_is_ahead_and_refuses_past_its_bound(
+    tmp_path: Path,
+) -> None:
+    queue = ModelQueue(tmp_path, bound=1)
+    order: list[str] = []
+    told: dict[str, list[int]] = {"second": [], "third": []}
+    first_in = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def first() -> None:
+        async with queue.turn(lambda n: None):
+            first_in.set()
+            order.append("first")
+            await release_first.wait()
+
+    second_told = asyncio.Event()
+
+    async def waiting(name: str) -> None:
+        def tell(ahead: int) -> None:
+            told[name].append(ahead)
+            second_told.set()
+
+        async with queue.turn(tell):
+            order.append(name)
+
+    serving = asyncio.create_task(first())
+    await first_in.wait()
+    second = asyncio.create_task(waiting("second"))
+    await asyncio.wait_for(second_told.wait(), 5)
+    assert told["second"] == [1]  # the request being served
+    # A third would be the second waiting: past the bound of 1, refused at once.
+    with pytest.raises(QueueFull, match="busy with 2 requests"):
+        await waiting("third")
+    # A ticket whose process died (nobody holds its lock) is not counted, and is cleared.
+    stale = tmp_path / "waiting" / "0-00000000000000000001-1-dead"
+    stale.write_text("")
+    release_first.set()
+    await asyncio.gather(serving, second)
+    assert order == ["first", "second"]
+    assert not stale.exists()
+
+
+async def test_queue_serves_a_watched_request_before_waiting_background_work(
+    tmp_path: Path,
+) -> None:
+    queue = ModelQueue(tmp_path, bound=5)
+    order: list[str] = []
+    serving, release = asyncio.Event(), asyncio.Event()
+    told = {"background": asyncio.Event(), "chat": asyncio.Event()}
+
+    async def first() -> None:
+        async with queue.turn(lambda n: None):
+            serving.set()
+            await release.wait()
+            order.append("first")
+
+    async def waiting(name: str, watched: bool) -> None:
+        async with queue.turn(lambda n: told[name].set(), watched=watched):
+            order.append(name)
+
+    tasks = [asyncio.create_task(first())]
+    await serving.wait()
+    tasks.append(asyncio.create_task(waiting("background", watched=False)))
+    await asyncio.wait_for(told["background"].wait(), 5)
+    tasks.append(asyncio.create_task(waiting("chat", watched=True)))
+    await asyncio.wait_for(told["chat"].wait(), 5)
+    release.set()
+    await asyncio.gather(*tasks)
+    assert order == ["first", "chat", "background"]
+
+
+async def test_prompt_budget_drops_the_oldest_history_and_refuses_what_cannot_fit(
+    tmp_path: Path,
+) -> None:
+    # A server of the user's (LOCAL_MODEL_URL): tokens estimated from length, nothing started.
+    settings = make_settings(
+        tmp_path, local_model_url="http://127.0.0.1:9/v1", local_model_context=600
+    )
+    provider = LocalModelProvider(settings)
+    endpoint = await provider._endpoint()
+    history = [
+        message
+        for n in range(6)
+        for message in (
+            {"role": "user", "content": f"question {n} " + "word " * 60},
+            {"role": "assistant", "content": f"answer {n} " + "word " * 60},
+        )
+    ]
+    request = _request(
+        [{"role": "system", "content": "Be brief."}, *history, {"role": "user", "content": "Now?"}],
+        {},
+        100,
+    )
+    used = await provider._fit_to_context(endpoint, request)
+    kept = request["messages"]
+    assert used <= 600 - 100
+    assert kept[0]["content"] == "Be brief." and kept[-1]["content"] == "Now?"
+    assert 3 <= len(kept) < 14  # some history went, the oldest first
+    assert kept[1]["content"].split()[:2] != ["question", "0"]
+    assert kept[-2]["content"].startswith("answer 5")
+
+    too_long = _request([{"role": "user", "content": "word " * 3000}], {}, 100)
+    with pytest.raises(ProviderFailure, match="more than the local model can read") as error:
+        await provider._fit_to_context(endpoint, too_long)
+    assert error.value.status_code == 400
+
+
+async def test_a_call_past_its_deadline_ends_with_a_clear_error(tmp_path: Path) -> None:
+    """MODEL_CALL_DEADLINE holds for the local model too: a server that never answers."""
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        await asyncio.sleep(30)
+
+    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    settings = make_settings(
+        tmp_path, local_model_url=f"http://127.0.0.1:{port}/v1", model_call_deadline=1
+    )
+    started = time.monotonic()
+    with pytest.raises(ProviderFailure, match="did not finish within 1 s") as error:
+        async for _ in LocalModelProvider(settings).generate(
+            "local", [{"role": "user", "content": "Hi"}], {}
+        ):
+            pass
+    assert error.value.status_code == 504
+    assert time.monotonic() - started < 5
+    silent.close()
+
+
+def test_a_models_config_naming_an_unknown_provider_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: chat\n    litellm_params:\n      model: made-up/x\n"
+        "  - model_name: utility\n    litellm_params:\n      model: local/y\n"
+    )
+    with pytest.raises(StartupError, match="Unknown model provider 'made-up'"):
+        plan_models(make_settings(tmp_path, models_config=config))
+
+
+async def test_litellm_hands_response_format_to_our_provider() -> None:
     """LiteLLM lists response_format as supported for custom providers (their params are mapped
     like an OpenAI-compatible API's), so the Router hands it on unchanged, streamed or not, and
     on a fallback hop too. If an upgrade dropped it, the local model would silently answer free
     text."""
-    saved_providers = list(litellm.custom_provider_map)
     settings = load_settings(
         _env_file=None, models_config=PROJECT_ROOT / "tests" / "models.scripted.yaml"
     )
     router = build_router(settings)
     provider = provider_handler("scripted")
     assert isinstance(provider, ScriptedProvider)
+    provider.reset()
     try:
         provider.push({"text": '{"enough": "yes"}'}, {"chunks": ['{"enough"', ': "no"}']})
         reply = await router.acompletion(
@@ -230,10 +368,10 @@ async def test_litellm_hands_response_format_to_an_in_process_provider() -> None
             {"type": "json_object"},
         ]
     finally:
-        litellm.custom_provider_map = saved_providers
+        provider.reset()
 
 
-# --- the real model -------------------------------------------------------------------------
+# --- the real model
 
 
 @pytest.fixture(scope="session")
@@ -261,117 +399,303 @@ def test_real_assembled_file_verifies(real_model_settings: Settings) -> None:
     assert time.monotonic() - started < 0.5  # verified once; the marker spares re-hashing
 
 
-@pytest.mark.slow
-async def test_real_model_through_litellm(real_model_settings: Settings) -> None:
-    provider = LocalLlamaProvider(real_model_settings)
-    saved_providers = list(litellm.custom_provider_map)
-    register_provider("local", provider)
-    try:
-        # 1. A tool call comes back as structured tool_calls in the stream, not as text.
-        stream = await litellm.acompletion(
-            model=MODEL,
-            messages=[{"role": "user", "content": "What's the weather in Paris? Use the tool."}],
-            tools=[WEATHER_TOOL],
-            temperature=0,
-            max_tokens=64,
-            stream=True,
-        )
-        calls, text, finish = [], [], None
-        async for chunk in stream:
-            delta = chunk.choices[0].delta
-            calls += delta.tool_calls or []
-            text.append(delta.content or "")
-            finish = chunk.choices[0].finish_reason or finish
-        assert len(calls) == 1, (calls, text)
-        assert calls[0].function.name == "get_weather"
-        assert "paris" in json.loads(calls[0].function.arguments)["city"].lower()
-        assert "<tool_call>" not in "".join(text)
-        assert finish == "tool_calls"
-
-        # 2. Plain text streams in several pieces.
-        stream = await litellm.acompletion(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Say hello in one short sentence"}],
-            max_tokens=24,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        pieces, usage = [], None
-        async for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                pieces.append(chunk.choices[0].delta.content)
-            usage = getattr(chunk, "usage", None) or usage
-        assert len(pieces) > 1, pieces
-        # Real token counts: the chat template alone is a few dozen tokens.
-        assert usage is not None and usage.prompt_tokens > 20
-        assert len(pieces) <= usage.completion_tokens <= 24
-
-        # 3. A consumer that leaves stops the generation within about a token.
-        events = provider.generate(
-            "x",
-            [{"role": "user", "content": "Count from 1 to 300, separated by commas."}],
-            {"max_tokens": 400},
-        )
-        received = 0
-        async for event in events:
-            received += isinstance(event, TextDelta)
-            if received == 3:
-                break
-        await events.aclose()
-        left = time.monotonic()
-        freed = await asyncio.to_thread(provider._model_lock.acquire, timeout=10)
-        assert freed
-        provider._model_lock.release()
-        assert time.monotonic() - left < 1.0
-
-        # 4. A conversation longer than the context is refused with a clear message.
-        with pytest.raises(Exception, match="context window"):
-            stream = await litellm.acompletion(
-                model=MODEL,
-                messages=[{"role": "user", "content": "word " * 9000}],
-                stream=True,
-            )
-            async for _ in stream:
-                pass
-    finally:
-        litellm.custom_provider_map = saved_providers
-        provider.close()
-
-
-@pytest.mark.slow
-async def test_real_model_json_reply_through_the_router(real_model_settings: Settings) -> None:
-    """A json_schema response_format holds the reply to the schema, from the Router down."""
+@pytest.fixture(scope="module")
+def local_router(real_model_settings: Settings) -> Iterator[tuple[Any, LocalModelProvider]]:
+    """A Router with every role on the real local model, in its own process (started once)."""
     plan = ModelPlan(
-        model_list=[{"model_name": "utility", "litellm_params": {"model": MODEL}}], fallbacks=[]
+        model_list=[
+            {"model_name": role, "litellm_params": {"model": MODEL}} for role in ("chat", "utility")
+        ],
+        fallbacks=[],
     )
     saved_providers = list(litellm.custom_provider_map)
     router = build_router(real_model_settings, plan)
     provider = provider_handler("local")
-    assert isinstance(provider, LocalLlamaProvider)
+    assert isinstance(provider, LocalModelProvider)
+    yield router, provider
+    provider.close()
+    litellm.custom_provider_map = saved_providers
+
+
+def model_pid(provider: LocalModelProvider) -> int:
+    assert provider.process is not None
+    pid = provider.process.health()["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+# CPU seconds the model process uses in one second: at work it gets most of a core even on a
+# loaded machine (seen: 0.25-0.95); stopped, next to nothing (seen: under 0.02).
+BUSY_CPU_SECONDS = 0.2
+IDLE_CPU_SECONDS = 0.1
+
+
+def cpu_seconds_over(pid: int, seconds: float) -> float:
+    process = psutil.Process(pid)
+    before = sum(process.cpu_times()[:2])
+    time.sleep(seconds)
+    return sum(process.cpu_times()[:2]) - before
+
+
+@pytest.mark.slow
+async def test_warm_up_reads_the_prompts_fixed_start_before_the_first_message(
+    real_model_settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    weights = model_weights.default_model_path(real_model_settings)
+    settings = real_model_settings.model_copy(
+        update={"app_data_dir": tmp_path, "local_model_path": weights}
+    )
+    plan = ModelPlan(
+        model_list=[
+            {"model_name": role, "litellm_params": {"model": MODEL}}
+            for role in ("chat", "utility", "memory")
+        ],
+        fallbacks=[],
+    )
+    saved_providers = list(litellm.custom_provider_map)
+    router = build_router(settings, plan)
+    provider = provider_handler("local")
+    assert isinstance(provider, LocalModelProvider) and provider.process is not None
     try:
+        caplog.set_level(logging.INFO, logger="resolveai.models")
+        await warm_local_model(SimpleNamespace(model_plan=plan, router=router))  # type: ignore[arg-type]
+        assert provider.process.state == "ready"
+        assert "Local model: warmed up in" in caplog.text, caplog.text
+        # The first message's prompt begins with what was read: the system message tokens are
+        # reused, so only the new words are read (its reply comes well within the cold time).
+        started = time.monotonic()
         reply = await router.acompletion(
-            model="utility",
+            model="chat",
             messages=[
-                {"role": "system", "content": "Say whether the source answers the question."},
-                {
-                    "role": "user",
-                    "content": "Question: what is the capital of France?\n"
-                    "Source: Paris is the capital and largest city of France.",
-                },
+                {"role": "system", "content": chat_instructions(datetime.now(UTC), None)},
+                {"role": "user", "content": "Say hi."},
             ],
-            # Offered, yet not put in the prompt: a reply held to the schema cannot call a tool.
-            tools=[WEATHER_TOOL],
-            response_format=ENOUGH_FORMAT,
-            temperature=0,
-            max_tokens=60,
+            max_tokens=4,
         )
-        message = reply.choices[0].message
-        assert not message.tool_calls
-        answer = json.loads(message.content)
-        assert set(answer) == {"enough"} and answer["enough"] in ("yes", "no"), answer
-        # The grammar closed the object and then allowed only the end of the reply.
-        assert reply.usage.completion_tokens < 20, reply.usage
-        assert provider.last_stats is not None and provider.last_stats.completion_tokens < 20
+        assert reply.choices[0].message.content.strip()
+        warm = time.monotonic() - started
+        print(f"\nfirst message after warm-up: {warm:.1f} s")
     finally:
-        litellm.custom_provider_map = saved_providers
         provider.close()
+        litellm.custom_provider_map = saved_providers
+
+
+@pytest.mark.slow
+async def test_real_model_constrained_tool_call_and_json_verdict(
+    local_router: tuple[Any, LocalModelProvider],
+) -> None:
+    router, _ = local_router
+    steps: list[str] = []
+    listening = progress_listener.set(steps.append)
+    # 1. A forced tool call is held to the tool's schema by the server's grammar: structured
+    #    tool_calls in the stream, never markup in the text.
+    stream = await router.acompletion(
+        model="chat",
+        messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0,
+        max_tokens=48,
+        stream=True,
+    )
+    calls, text = [], []
+    async for chunk in stream:
+        if chunk.choices:
+            calls += chunk.choices[0].delta.tool_calls or []
+            text.append(chunk.choices[0].delta.content or "")
+    assert len(calls) == 1, (calls, text)
+    assert calls[0].function.name == "get_weather"
+    assert "paris" in json.loads(calls[0].function.arguments)["city"].lower()
+    assert "<tool" not in "".join(text)
+    # The first use started the model process and said so; then it read the message.
+    assert steps[0].startswith("Starting the local model"), steps
+    assert any(s.startswith("Reading your message (") for s in steps), steps
+    progress_listener.reset(listening)
+
+    # 2. The evidence verdict: a json_schema response_format gives JSON of that shape.
+    reply = await router.acompletion(
+        model="utility",
+        messages=[
+            {"role": "system", "content": "Say whether the source answers the question."},
+            {
+                "role": "user",
+                "content": "Question: what is the capital of France?\n"
+                "Source: Paris is the capital and largest city of France.",
+            },
+        ],
+        tools=[WEATHER_TOOL],  # offered, yet left out: a reply held to a schema cannot call
+        response_format=ENOUGH_FORMAT,
+        temperature=0,
+        max_tokens=60,
+    )
+    message = reply.choices[0].message
+    assert not message.tool_calls
+    answer = json.loads(message.content)
+    assert set(answer) == {"enough"} and answer["enough"] in ("yes", "no"), answer
+    assert reply.usage.completion_tokens < 20, reply.usage  # the grammar closed the object
+
+    # 3. A message too long for the context is refused with a clear error, before any reading.
+    with pytest.raises(Exception, match="more than the local model can read"):
+        await router.acompletion(
+            model="chat", messages=[{"role": "user", "content": "word " * 9000}], max_tokens=16
+        )
+
+
+@pytest.mark.slow
+async def test_real_model_stops_within_a_second_reading_or_writing(
+    local_router: tuple[Any, LocalModelProvider],
+) -> None:
+    router, provider = local_router
+
+    async def consume(messages: list[dict[str, Any]], chunks_seen: asyncio.Event) -> None:
+        stream = await router.acompletion(
+            model="chat", messages=messages, max_tokens=400, stream=True
+        )
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                chunks_seen.set()
+
+    # While writing: the consumer is cancelled (Stop, a client gone) after the first tokens.
+    writing = asyncio.Event()
+    task = asyncio.create_task(
+        consume([{"role": "user", "content": "Count from 1 to 300, separated by commas."}], writing)
+    )
+    await asyncio.wait_for(writing.wait(), 120)
+    pid = model_pid(provider)
+    assert await asyncio.to_thread(cpu_seconds_over, pid, 1.0) > BUSY_CPU_SECONDS  # writing
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(1.0)
+    assert await asyncio.to_thread(cpu_seconds_over, pid, 1.0) < IDLE_CPU_SECONDS  # stopped
+
+    # While reading a long prompt (tens of seconds of work on two cores): the same.
+    long_text = " ".join(f"Note {n}: the meeting moved to room {n % 7}." for n in range(150))
+    reading = asyncio.Event()
+    task = asyncio.create_task(consume([{"role": "user", "content": long_text}], reading))
+    await asyncio.sleep(3.0)
+    assert not reading.is_set()  # still reading
+    assert await asyncio.to_thread(cpu_seconds_over, pid, 1.0) > BUSY_CPU_SECONDS
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(1.0)
+    assert await asyncio.to_thread(cpu_seconds_over, pid, 1.0) < IDLE_CPU_SECONDS
+
+    # And the model answers the next request as usual.
+    reply = await router.acompletion(
+        model="chat", messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+    )
+    assert reply.choices[0].message.content.strip()
+
+
+@pytest.mark.slow
+async def test_real_model_serves_one_request_at_a_time_and_says_who_waits(
+    local_router: tuple[Any, LocalModelProvider],
+) -> None:
+    """Two requests at once: the second waits its turn and says so; a busy model is never taken
+    for a dead one (a liveness check that waited for the model once killed it mid-reply)."""
+    router, provider = local_router
+    pid = model_pid(provider)
+    steps: list[str] = []
+
+    async def ask(question: str, listen: bool) -> str:
+        if listen:
+            progress_listener.set(steps.append)
+        reply = await router.acompletion(
+            model="chat", messages=[{"role": "user", "content": question}], max_tokens=24
+        )
+        return reply.choices[0].message.content
+
+    first = asyncio.create_task(ask("Name three rivers in Europe.", listen=False))
+    await asyncio.sleep(0.5)
+    answers = await asyncio.gather(first, ask("Name three colours.", listen=True))
+    assert all(answer.strip() for answer in answers)
+    assert "Waiting for the local model (1 ahead)" in steps, steps
+    assert model_pid(provider) == pid and provider.process.restarts == 0
+
+
+@pytest.mark.slow
+async def test_real_model_crash_gives_a_clear_error_and_restarts(
+    local_router: tuple[Any, LocalModelProvider],
+) -> None:
+    router, provider = local_router
+    assert provider.process is not None
+    writing = asyncio.Event()
+    stream = await router.acompletion(
+        model="chat",
+        messages=[{"role": "user", "content": "Count from 1 to 300, separated by commas."}],
+        max_tokens=400,
+        stream=True,
+    )
+    restarts = provider.process.restarts
+    with pytest.raises(Exception, match="The local model stopped unexpectedly") as error:
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content and not writing.is_set():
+                writing.set()
+                os.kill(model_pid(provider), signal.SIGKILL)  # a crash, as SIGILL or OOM would
+    assert "restarting it" in str(error.value)
+    # Health tells; the process is started again, and the next message works.
+    deadline = time.monotonic() + 120
+    while provider.process.health()["state"] != "ready" or provider.process.restarts == restarts:
+        assert time.monotonic() < deadline, provider.process.health()
+        await asyncio.sleep(0.5)
+    reply = await router.acompletion(
+        model="chat", messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+    )
+    assert reply.choices[0].message.content.strip()
+
+
+@pytest.mark.slow
+async def test_real_model_process_is_shared_and_never_outlives_its_users(
+    real_model_settings: Settings, tmp_path: Path
+) -> None:
+    """Server processes on one machine share one model process; it goes when they all have,
+    even when the last one was killed (SIGKILL leaves no chance to stop it)."""
+    weights = model_weights.default_model_path(real_model_settings)
+    settings = real_model_settings.model_copy(
+        update={"app_data_dir": tmp_path, "local_model_path": weights}
+    )
+    # Another server process starts the model, then dies without a word.
+    owner = subprocess.Popen(  # noqa: ASYNC220 (returns at once; its output is awaited)
+        [
+            sys.executable,
+            "-c",
+            "import asyncio, sys, time\n"
+            "from core.config import load_settings\n"
+            "from core.local_model.process import LocalModelProcess\n"
+            f"s = load_settings(_env_file=None, app_data_dir={str(tmp_path)!r},"
+            f" local_model_path={str(weights)!r})\n"
+            "print(asyncio.run(LocalModelProcess(s).endpoint()).pid, flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        assert owner.stdout is not None
+        pid = int(await asyncio.to_thread(owner.stdout.readline))
+        here = LocalModelProcess(settings)
+        assert (await here.endpoint()).pid == pid  # attached, not started again
+        owner.kill()
+        owner.wait()
+        await asyncio.sleep(3 * ORPHAN_CHECK_SECONDS)
+        assert psutil.pid_exists(pid) and here.health()["state"] == "ready"  # still used here
+        here.close()  # the last user: stops it
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+        # Started here and left by a killed owner, it exits on its own.
+        again = subprocess.Popen(  # noqa: ASYNC220
+            owner.args, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT
+        )
+        assert again.stdout is not None
+        orphan = int(await asyncio.to_thread(again.stdout.readline))
+        again.kill()
+        again.wait()
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(orphan) and psutil.Process(orphan).status() != "zombie":
+            assert time.monotonic() < deadline, "the model process outlived its last user"
+            await asyncio.sleep(0.2)
+    finally:
+        owner.kill()

@@ -27,7 +27,10 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         for key, value in os.environ.items()
         if not key.endswith("_API_KEY") and not key.startswith(("LANGFUSE_", "DATABASE_URL"))
     }
-    env.update(APP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", **extra)
+    # No warm-up: it would assemble the local model's 1.1 GB and start it in every test here
+    # (tests/test_local_model.py runs the model; this module tests the server around it).
+    env.update(APP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", LOCAL_MODEL_WARM_UP="false")
+    env.update(extra)
     return env
 
 
@@ -112,7 +115,7 @@ def test_first_start_with_no_configuration(tmp_path: Path, start_server) -> None
     assert health["database"]["ok"] is True
     assert health["embedder"] == {"model": "all-MiniLM-L6-v2", "state": "ready"}
     assert health["models"]["chat"].startswith("local/qwen2.5-coder-1.5b")
-    assert health["local_model"] == "not loaded"  # loads on first use, not at start
+    assert health["local_model"]["state"] == "not started"  # starts on first use
     page = httpx.get(server.url + "/", timeout=5)
     assert page.status_code == 200 and "ResolveAI" in page.text
 

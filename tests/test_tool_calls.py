@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core.tool_calls import ToolCallStreamFilter, parse_tool_calls
+from chat.tool_markup import ToolCallStreamFilter, parse_tool_calls
 
 TOOLS = {"get_weather", "web_search"}
 PARIS = ("get_weather", {"city": "Paris"})
@@ -82,14 +82,19 @@ def test_tag_without_closing_before_the_next_tag() -> None:
     assert parse_tool_calls(text, TOOLS)[1] == [PARIS, ("get_weather", {"city": "Rome"})]
 
 
-def test_unknown_tool_stays_text() -> None:
-    text = '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>'
-    assert parse_tool_calls(text, TOOLS) == (text, [])
+def test_a_tag_naming_an_unknown_tool_is_no_call_and_no_text() -> None:
+    # Tags are markup whatever they hold: never a call to a tool not offered, never shown.
+    text = 'Sure. <tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>'
+    assert parse_tool_calls(text, TOOLS) == ("Sure.", [])
+    # Bare JSON is a call only when it names an offered tool; otherwise it is the answer.
     bare = '{"name": "delete_everything", "arguments": {}}'
     assert parse_tool_calls(bare, TOOLS) == (bare, [])
-    # With nothing offered, even a well-formed call is just text.
+    # With nothing offered, even a well-formed call is no call, and its markup goes.
     qwen = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    assert parse_tool_calls(qwen, set()) == (qwen, [])
+    assert parse_tool_calls(qwen, set()) == ("", [])
+    assert parse_tool_calls(bare, set()) == (bare, [])
+    # A closing tag left over is markup too.
+    assert parse_tool_calls("Done.</tools>", set()) == ("Done.", [])
 
 
 def test_json_answers_are_not_calls() -> None:
@@ -111,9 +116,9 @@ def test_json_inside_a_code_sample_is_not_a_call() -> None:
     assert parse_tool_calls(text, TOOLS) == (text, [])
 
 
-def test_unreadable_call_stays_text() -> None:
-    text = "<tool_call>get_weather(city='Paris')</tool_call>"
-    assert parse_tool_calls(text, TOOLS) == (text, [])
+def test_an_unreadable_call_is_no_call_and_no_text() -> None:
+    text = "Checking. <tool_call>get_weather(city='Paris')</tool_call>"
+    assert parse_tool_calls(text, TOOLS) == ("Checking.", [])
 
 
 # --- streaming -----------------------------------------------------------------------------
@@ -198,18 +203,22 @@ def test_json_answer_that_looks_like_a_call_comes_back_whole_at_the_end() -> Non
     assert (rest, calls) == ('{"name": "Alice", "age": 31}', [])
 
 
-def test_unknown_tool_in_stream_is_returned_as_text() -> None:
+def test_unknown_tool_in_stream_is_never_shown() -> None:
     text = '<tool_call>{"name": "rm", "arguments": {}}</tool_call>'
     shown, rest, calls = run_filter(["Sure. ", text[:15], text[15:]])
-    assert "".join(shown) + rest == "Sure. " + text
+    assert ("".join(shown) + rest).strip() == "Sure."
     assert calls == []
 
 
-def test_without_tools_everything_streams() -> None:
-    text = '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
-    shown, rest, calls = run_filter([text[:5], text[5:]], tools=set())
-    assert shown == [text[:5], text[5:]]
+def test_without_tools_text_and_json_stream_and_only_tags_are_held() -> None:
+    answer = '{"name": "Alice", "age": 31}'
+    shown, rest, calls = run_filter([answer[:5], answer[5:]], tools=set())
+    assert shown == [answer[:5], answer[5:]]  # a JSON answer streams at once
     assert (rest, calls) == ("", [])
+    text = '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
+    shown, rest, calls = run_filter(["Hi. ", text[:5], text[5:], "</tools> Bye."], tools=set())
+    assert " ".join(("".join(shown) + rest).split()) == "Hi. Bye."
+    assert calls == []
 
 
 def test_leading_whitespace_before_a_call_is_not_shown() -> None:

@@ -24,13 +24,14 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+from chat import summary as chat_summary
 from core import chat_store
 from core.config import PROJECT_ROOT
 from core.prompts import WEB_NOTE
-from core.scripted_llm import ScriptedProvider
 from core.services import Services
 from server import CONTENT_SECURITY_POLICY
 from tests.chat_client import serve
+from tests.scripted_model import ScriptedProvider
 from tests.ui_fixtures import (
     SHOWCASE_ANSWER,
     SHOWCASE_SOURCES,
@@ -455,30 +456,41 @@ async def test_a_failed_reply_shows_the_error_and_retry_works(ui: UI, model) -> 
     await expect(page.locator(".retry-button")).to_have_count(0)
 
 
-async def test_a_message_sent_while_the_summary_is_written_waits_for_it(
-    ui: UI, model, chat_services: Services
+async def test_a_message_sent_while_the_summary_is_written_does_not_wait(
+    ui: UI, model, chat_services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 10 saved messages: the next exchange makes 12, so the server folds a summary after `done`
-    # while the stream stays open, and refuses (409) a new message in the chat until it closes.
-    turns = [(f"question {i}", {"content": f"answer {i}"}) for i in range(5)]
-    chat_id = await seed_chat(chat_services.database.pool, "Summary on its way", turns)
-    model.push({"text": "First reply."}, {"text": "A slow summary of it all.", "delay": 0.4})
-    await ui.open(f"#/chat/{chat_id}")
-    page = ui.page
-    await ui.send("One more question")
-    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
-    model.push({"text": "Second reply."})
-    await ui.send("And another")  # the summary is still being written
-    second = ui.assistant()
-    await expect(second.locator(".step-current")).to_have_text(
-        "Waiting for the previous reply to be saved…"
-    )
-    await expect(second).to_have_attribute("data-status", "complete")
-    await expect(second.locator(".markdown")).to_have_text("Second reply.")
-    await expect(page.locator(".error-box")).to_have_count(0)
-    assert (await chat_store.get_chat(chat_services.database.pool, chat_id))["summary"] == (
-        "A slow summary of it all."
-    )
+    # 18 saved messages: the next exchange makes 20, so after its stream has ended the server
+    # folds the oldest 10 into the summary. Held before it stores, the fold is still running when
+    # the next message is sent: that one is answered all the same, with no wait and no 409.
+    pool = chat_services.database.pool
+    turns = [(f"question {i}", {"content": f"answer {i}"}) for i in range(9)]
+    chat_id = await seed_chat(pool, "Summary on its way", turns)
+    reached, release = asyncio.Event(), asyncio.Event()
+    store = chat_store.set_summary
+
+    async def held_store(*args: Any, **kwargs: Any) -> bool:
+        reached.set()
+        await release.wait()
+        return await store(*args, **kwargs)
+
+    monkeypatch.setattr(chat_store, "set_summary", held_store)
+    model.push({"text": "First reply."}, {"text": "A summary of questions 0 to 4."})
+    try:
+        await ui.open(f"#/chat/{chat_id}")
+        await ui.send("One more question")
+        await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+        await asyncio.wait_for(reached.wait(), 30)
+        model.push({"text": "Second reply."})
+        await ui.send("And another")
+        second = ui.assistant()
+        await expect(second).to_have_attribute("data-status", "complete")
+        await expect(second.locator(".markdown")).to_have_text("Second reply.")
+        await expect(ui.page.locator(".error-box")).to_have_count(0)
+        assert (await chat_store.get_chat(pool, chat_id))["summary"] is None  # still folding
+    finally:
+        release.set()
+    await chat_summary.settled()
+    assert (await chat_store.get_chat(pool, chat_id))["summary"] == "A summary of questions 0 to 4."
 
 
 # --- the sidebar ---------------------------------------------------------------------------------

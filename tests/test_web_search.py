@@ -7,6 +7,7 @@ The scripted queue is consumed in call order: the chat model's tool call, the ju
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from chat.nodes import FORCED_SEARCH_MAX_TOKENS
+from chat.runner import start_turn, stream_turn
 from chat.tools import MAX_CONTEXT_CHARS, WebSearchInput
 from core.config import PROJECT_ROOT, Settings
 from core.prompts import UNTRUSTED_SOURCES_RULE
@@ -245,3 +247,32 @@ async def test_a_fourth_search_is_refused(chat_services) -> None:
     assert "limit of 3 web searches" in json.loads(result.content)["error"]
     assert result.artifact is None
     assert turn.searches == ["a", "b", "c"]
+
+
+async def test_a_chat_model_without_tools_searches_the_users_words_directly(
+    chat_services, model
+) -> None:
+    """`capabilities: tools: false` (the local model): no tool schemas ever, and "Use web tool"
+    searches the message itself before any chat model call; if the evidence is short, the model
+    is told to answer from what it has rather than to search again."""
+    plan = copy.deepcopy(chat_services.model_plan)
+    plan.capabilities["scripted/chat"] = {"tools": False, "memory_tools": False}
+    services = dataclasses.replace(chat_services, model_plan=plan)
+    model.push(
+        verdict(False, "The pages do not say."),
+        {"text": "I could not find it in the sources."},
+    )
+    turn = await start_turn(services, None, "When does the Zorblax parade start?", use_web=True)
+    events = [event async for event in stream_turn(turn)]
+    assert types_of(events)[-1] == "done"
+    assert turn.context.searches == ["When does the Zorblax parade start?"]
+    assert steps(events)[0].startswith("Searching the web for “When does the Zorblax")
+    chat_calls = [c for c in model.calls if c["model"] == "chat"]
+    assert len(chat_calls) == 1 and chat_calls[0]["tools"] is None
+    tool_result = json.loads(chat_calls[0]["messages"][-1]["content"])
+    assert tool_result["searches_left"] == 0
+    assert answer_text(events) == "I could not find it in the sources."
+
+
+def types_of(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]

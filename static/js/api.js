@@ -62,6 +62,8 @@ export const api = {
   forgetAll: (token) => request("DELETE", `/api/memories?${query({ confirm: token })}`),
   exportUrl: "/api/memories/export",
   settings: () => request("GET", "/api/settings"),
+  /** The server's state; `answering` says which model writes the replies. */
+  health: () => request("GET", "/api/health"),
   updateSettings: (changes) => request("PATCH", "/api/settings", changes),
 };
 

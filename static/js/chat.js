@@ -38,7 +38,7 @@ class Turn {
     this.temporary = temporary; // a new chat that neither reads nor writes memory
     this.view = view;
     this.controller = new AbortController();
-    this.phase = "streaming"; // then "saved" (after `done`; the summary may still be written) and "closed"
+    this.phase = "streaming"; // then "saved" (after `done`, until the stream ends) and "closed"
     this.started = performance.now();
     this.closed = new Promise((resolve) => { this.markClosed = resolve; });
   }
@@ -62,6 +62,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   const shown = { chatId: null, key: DRAFT, viewId: 0, messages: [], loading: false, pointAt: null };
   let temporaryDraft = false; // the draft's "Temporary chat" toggle
   let memoryPaused = false;
+  let answering = null; // {label, runs_locally} from /api/health, once known
 
   function setTitle(title) {
     shown.title = title;
@@ -109,8 +110,22 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
       { class: "empty-state" },
       el("h2", { text: "What can I help with?" }),
       el("p", { text: `Ask anything. ${memory} With “Use web tool” I check the web and cite my sources.` }),
+      ...(answering ? [el("p", { class: "empty-model", text: modelNote(answering) })] : []),
     );
   }
+
+  function modelNote({ label, runs_locally: local }) {
+    if (!local) return `Answers come from ${label}.`;
+    return `Answers come from ${label}, a small model running on this computer’s processor: the first reply in a chat can take 15 seconds or more, later ones a few seconds. Add an API key (see the README) for a faster hosted model.`;
+  }
+
+  api.health().then(
+    (report) => {
+      answering = report.answering || null;
+      if (!shown.chatId) redrawEmptyState();
+    },
+    () => {}, // unhealthy or unreachable: the empty state just says less
+  );
 
   function redrawEmptyState() {
     messagesBox.querySelector(".empty-state")?.replaceWith(emptyState());
@@ -238,8 +253,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     scroll.toBottom();
     syncComposer();
     if (previous) {
-      // The last reply is shown but its stream is still open (the server is updating the
-      // chat's summary); the server takes one message at a time per chat, so wait for it.
+      // The last reply is shown but its stream is still open (the server is releasing the
+      // chat, a moment); the server takes one message at a time per chat, so wait for it.
       view.steps.note("Waiting for the previous reply to be saved");
       await previous.closed;
     }
@@ -324,7 +339,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         announce("The reply failed");
         break;
       default:
-        break; // heartbeat, summary: nothing to show
+        break; // heartbeat: nothing to show
     }
   }
 

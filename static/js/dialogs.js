@@ -56,7 +56,7 @@ export async function showSummary(chatId, messages) {
     const { summary, summary_upto_message_id: upto } = await api.summary(chatId);
     if (!summary) {
       body.replaceChildren(
-        el("p", { class: "muted", text: "This chat has no summary yet. Once it grows past a dozen messages, the older ones are summarised here so the assistant keeps them in mind while it sees only the latest messages word for word." }),
+        el("p", { class: "muted", text: "This chat has no summary yet. Once it has 20 messages, the oldest 10 are summarised here (and 10 more each time 10 more come), so the assistant keeps them in mind while it reads the newer ones word for word." }),
       );
       return;
     }

@@ -1,5 +1,6 @@
 // The steps line above a reply: while it is prepared, the current step ("Searching the web for …")
-// with a spinner; afterwards a compact "3 steps · 4.2 s" button that unfolds the whole list with
+// with a spinner and the seconds since Send (a local model can read a prompt for a while);
+// afterwards a compact "3 steps · 4.2 s" button that unfolds the whole list with
 // timings, so people can see what the assistant did without it getting in the way.
 
 import { el, formatDuration, icon } from "./dom.js";
@@ -12,7 +13,11 @@ export class StepsView {
     this.live = true;
     this.listId = `steps-${++nextId}`;
     this.root = el("div", { class: "steps" });
+    this.startedAt = performance.now();
+    this.liveText = undefined;
     this.renderLive();
+    // Ticks while live, so a long step still shows that time passes.
+    this.ticker = setInterval(() => this.live && this.renderLive(this.liveText), 1000);
   }
 
   /** A saved reply's steps; tool calls are matched to their steps by tool name, in order. */
@@ -54,6 +59,7 @@ export class StepsView {
 
   finish(totalMs) {
     this.live = false;
+    clearInterval(this.ticker);
     // Never less than the last step's own time (saved times can be a few ms apart).
     const lastStep = this.steps.at(-1)?.elapsed_ms;
     this.totalMs = Number.isFinite(lastStep) && !(totalMs >= lastStep) ? lastStep : totalMs;
@@ -61,12 +67,22 @@ export class StepsView {
   }
 
   renderLive(text) {
+    this.liveText = text;
     const current = text || this.steps.at(-1)?.text || "Starting";
+    const seconds = Math.floor((performance.now() - this.startedAt) / 1000);
+    const shownText = current.endsWith("…") ? current : `${current}…`;
+    const line = this.root.querySelector(".step-current");
+    if (line && line.textContent === shownText) {
+      // Only the clock moved: update it alone, so screen readers do not re-read the step.
+      this.root.querySelector(".step-elapsed").textContent = seconds ? `${seconds} s` : "";
+      return;
+    }
     this.root.className = "steps steps-live";
     this.root.setAttribute("role", "status");
     this.root.replaceChildren(
       el("span", { class: "spinner", "aria-hidden": "true" }),
-      el("span", { class: "step-current", text: current.endsWith("…") ? current : `${current}…` }),
+      el("span", { class: "step-current", text: shownText }),
+      el("span", { class: "step-elapsed", "aria-hidden": "true", text: seconds ? `${seconds} s` : "" }),
     );
   }
 

@@ -1,8 +1,16 @@
-"""The in-process local model: llama.cpp running a small GGUF model, served to LiteLLM as `local`.
+"""The previous design of the local model, kept only as `bench/local_model.py`'s baseline.
+
+Until issue #12 ResolveAI ran llama.cpp inside the web server process, as `core/local_llm.py`
+(this file, moved here with only its imports and the module names below updated); the app now
+runs the model in a process of its own (`core/local_model/`), reached through
+`core.local_model.provider.LocalModelProvider`. Nothing outside `bench/` may import this: it
+exists so that the benchmark measures the old design against the new one in the same run. What
+follows is its original description.
 
 It is the model of last resort (no API key, provider down) and must never stall the server, so:
 
-- nothing is loaded until the first call; the weights are assembled/verified by `model_weights`;
+- nothing is loaded until the first call; the weights are assembled/verified by
+  `core.local_model.weights`;
 - loading and generating run in a worker thread; tokens cross to the event loop through an
   `asyncio.Queue` fed with `loop.call_soon_threadsafe`;
 - one generation at a time per process (the model and its KV cache are one compute resource);
@@ -10,7 +18,7 @@ It is the model of last resort (no API key, provider down) and must never stall 
   prompt batches and after every sampled token ends the work within about one token.
 
 The prompt is the GGUF's own chat template, given the tools, so Qwen writes `<tool_call>` tags
-that `core.tool_calls` turns into structured calls. A call with a JSON `response_format` (OpenAI's
+that `chat.tool_markup` turns into structured calls. A call with a JSON `response_format` (OpenAI's
 `json_schema` or `json_object`) is sampled under a llama.cpp grammar made from the schema, so the
 reply is JSON of that shape by construction, unless `max_tokens` cuts it short; no tools are
 offered then. llama.cpp checks the whole 152k-token vocabulary against the grammar for every
@@ -22,8 +30,9 @@ evaluates the new suffix; a `LlamaRAMCache` keeps the states of earlier prompts 
 that follows a utility call (a different prompt that replaced the KV cache) still restores its
 conversation's prefix instead of re-reading it all.
 
-`python -m bench.local_model` measures load time, time to first token and tokens/s of a first and a
-follow-up turn at the app's real prompt size.
+`python -m bench.local_model` measures load time, time to first token, tokens/s and memory of a
+first and a follow-up turn at the app's real prompt size, against the same figures of the new
+design.
 """
 
 from __future__ import annotations
@@ -43,18 +52,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chat.tool_markup import ToolCallStreamFilter
 from core.config import Settings
-from core.errors import StartupError
-from core.inprocess_provider import (
-    InProcessProvider,
+from core.custom_provider import (
+    CustomProvider,
     ProviderEvent,
     ProviderFailure,
     TextDelta,
     ToolCallRequest,
     UsageReport,
 )
-from core.model_weights import ensure_local_model
-from core.tool_calls import ToolCallStreamFilter
+from core.errors import StartupError
+from core.local_model.weights import ensure_local_model
 
 if TYPE_CHECKING:
     from llama_cpp import Llama, LlamaGrammar
@@ -97,7 +106,7 @@ class _Loaded:
     stop: list[str]
 
 
-class LocalLlamaProvider(InProcessProvider):
+class LocalLlamaProvider(CustomProvider):
     """Serves `local/<anything>` from one llama.cpp model in this process."""
 
     def __init__(self, settings: Settings) -> None:

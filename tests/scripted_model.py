@@ -1,5 +1,8 @@
 """A deterministic model for tests, registered in LiteLLM as the `scripted` provider.
 
+Only tests and evals register it (`tests/conftest.py`, `evals/memory_extraction.py`): a user's
+MODELS_CONFIG naming `scripted/…` is refused at start-up like any unknown provider.
+
 Each call consumes the next pre-written turn, so a whole conversation is reproducible while the real
 router, graph, database and embedder run above it. A turn is a dict:
 
@@ -9,13 +12,13 @@ router, graph, database and embedder run above it. A turn is a dict:
   (optionally with `"text"` before them);
 - `{"error": "message"}`: the call fails like an unavailable hosted model; with `text` or
   `chunks` too, it fails after streaming them (a reply cut short);
-- `"delay": seconds` (optional, any turn): a pause before each piece, to test streaming and stops.
+- `"delay": seconds` (optional, any turn): a pause before each piece, to test streaming and stops;
+- `"finish_reason": "length"` (optional): the reply reports being cut by the length limit.
 
 `scripted/memory` (memory extraction) has a queue of its own, filled with `push_for("memory", …)`
 (empty, it answers that there is nothing to remember), and records its calls in `own_calls`. The
 model name `scripted/down` always fails without consuming a turn: a stand-in for a provider that
-is down, to exercise the Router's fallbacks. Turns come from `SCRIPTED_TURNS_FILE` (a JSON
-list) when the server starts, or from `push()` in in-process tests. When no turn is queued, a
+is down, to exercise the Router's fallbacks. Turns come from `push()`. When no turn is queued, a
 `responder` (if set) writes one from the call itself: `responder(model, messages)` returns a turn.
 Concurrent conversations (`bench/turn.py`) use it, as a shared queue would hand one chat's turn to
 another. Every call is recorded in `calls` (model, messages, tools, max_tokens and
@@ -25,15 +28,13 @@ response_format; up to `MAX_RECORDED_CALLS`, the latest kept).
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
-from core.inprocess_provider import (
-    InProcessProvider,
+from core.custom_provider import (
+    CustomProvider,
     ProviderEvent,
     ProviderFailure,
     TextDelta,
@@ -51,10 +52,10 @@ OWN_QUEUE_DEFAULTS: dict[str, ScriptedTurn] = {"memory": {"text": '{"operations"
 MAX_RECORDED_CALLS = 1000  # a long benchmark must not keep every prompt it sent
 
 
-class ScriptedProvider(InProcessProvider):
+class ScriptedProvider(CustomProvider):
     """Replays scripted turns in order; the one part of the stack tests script."""
 
-    def __init__(self, turns_file: Path | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self._turns: deque[ScriptedTurn] = deque()
         # Models with a queue of their own (`push_for`): they never take a turn from the shared
@@ -63,8 +64,6 @@ class ScriptedProvider(InProcessProvider):
         self.calls: list[dict[str, Any]] = []
         self.own_calls: dict[str, list[dict[str, Any]]] = {m: [] for m in OWN_QUEUE_DEFAULTS}
         self.responder: Responder | None = None
-        if turns_file is not None:
-            self.push(*json.loads(turns_file.read_text(encoding="utf-8")))
 
     def push(self, *turns: ScriptedTurn) -> None:
         """Queue turns to be consumed by the next calls, in order."""
@@ -133,4 +132,8 @@ class ScriptedProvider(InProcessProvider):
         for call in turn.get("tool_calls", []):
             yield ToolCallRequest(name=call["name"], arguments=call.get("arguments", {}))
         prompt_words = sum(len(str(m.get("content") or "").split()) for m in messages)
-        yield UsageReport(prompt_tokens=prompt_words, completion_tokens=len(pieces))
+        yield UsageReport(
+            prompt_tokens=prompt_words,
+            completion_tokens=len(pieces),
+            finish_reason=turn.get("finish_reason", "stop"),
+        )

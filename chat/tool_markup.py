@@ -7,9 +7,15 @@ instead, drops the closing tag or the last brace, or writes `arguments` as a JSO
 module accepts all of those, but only for the tools that were offered: anything else stays text,
 so a JSON answer the user asked for is never swallowed.
 
+`<tool_call>` and `<tools>` tags are markup whatever they hold: they are cut from the reply even
+when no tool was offered (a model without tools sometimes writes one anyway) or the call in them
+cannot be read, so the user never sees them. Fenced and bare JSON count as calls only when tools
+were offered and they name one.
+
 `parse_tool_calls` works on a whole reply. `ToolCallStreamFilter` is for streaming: it passes text
 through as it arrives and holds back only from the point where a tool call may begin, so the user
-never sees the raw call markup, and parses what it held when the reply ends.
+never sees the raw call markup, and parses what it held when the reply ends. The chat flow runs
+every model's text through it (`chat.nodes.call_model`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ CLOSE_TAG = "</tool_call>"
 # Qwen2.5-Coder (1.5B) often wraps its call in `<tools>`, copying the tag its chat template puts
 # around the tool list, and writes an empty `<tools></tools>` when it means no call at all.
 OPEN_TAGS = (OPEN_TAG, "<tools>")
+CLOSE_TAGS = (CLOSE_TAG, "</tools>")
+# A closing tag left over (its opening tag ended a body early, or never came) is markup too.
+_CLOSE_TAG_RE = re.compile(r"</(tool_call|tools)>")
 
 # A tag's body ends at its closing tag, at the next opening tag, or at the end of the reply.
 _TAG_RE = re.compile(
@@ -60,11 +69,12 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> tuple[str, list[ToolCal
     """Split a whole reply into (remaining text, calls to offered tools).
 
     Calls are taken from `<tool_call>` tags, from ```json (or bare ```) fenced blocks and from bare
-    JSON objects (or lists of them) with "name" and "arguments"/"parameters". A candidate that names
-    a tool not offered, or cannot be read, stays in the text. Without any call, the text is returned
-    unchanged; otherwise the calls' markup is cut out and the rest trimmed.
+    JSON objects (or lists of them) with "name" and "arguments"/"parameters". Tags are cut out
+    whatever they hold; a fenced block or bare JSON that names a tool not offered, or cannot be
+    read, stays in the text. Without any markup the text is returned unchanged; otherwise the
+    markup is cut out and the rest trimmed.
     """
-    if not tool_names or not text:
+    if not text or ("<tool" not in text and "</tool" not in text and not tool_names):
         return text, []
     text = _EMPTY_TAG_RE.sub("", text)
     calls: list[tuple[int, ToolCall]] = []
@@ -72,13 +82,14 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> tuple[str, list[ToolCal
 
     tags = list(_TAG_RE.finditer(text))
     for match in tags:
-        found = _calls_in(match.group("body"), tool_names, strict=False)
-        if found:
-            calls += [(match.start(), call) for call in found]
-            cut.append(match.span())
+        found = _calls_in(match.group("body"), tool_names, strict=False) if tool_names else []
+        calls += [(match.start(), call) for call in found]
+        cut.append(match.span())  # markup, never an answer
 
     tag_spans = [m.span() for m in tags]
-    fences = [m for m in _FENCE_RE.finditer(text) if not _overlaps(m.span(), tag_spans)]
+    fences = [
+        m for m in _FENCE_RE.finditer(text) if tool_names and not _overlaps(m.span(), tag_spans)
+    ]
     for match in fences:
         if match.group("lang").strip().lower() not in _CALL_FENCE_LANGS:
             continue
@@ -90,19 +101,20 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> tuple[str, list[ToolCal
     # Bare JSON: outside every tag (a rejected tag stays text as a whole) and every fenced block
     # (JSON in a code sample is not a call).
     protected = tag_spans + [m.span() for m in fences]
-    for start, end, found in _bare_json_calls(text, tool_names, protected):
+    for start, end, found in _bare_json_calls(text, tool_names, protected) if tool_names else ():
         calls += [(start, call) for call in found]
         cut.append((start, end))
 
-    if not calls:
-        return text, []
+    if not cut:
+        stripped = _CLOSE_TAG_RE.sub("", text)
+        return (stripped.strip(), []) if stripped != text else (text, [])
     calls.sort(key=lambda item: item[0])
     remaining, position = [], 0
     for start, end in sorted(cut):
         remaining.append(text[position:start])
         position = end
     remaining.append(text[position:])
-    rest = re.sub(r"\n{3,}", "\n\n", "".join(remaining)).strip()
+    rest = re.sub(r"\n{3,}", "\n\n", _CLOSE_TAG_RE.sub("", "".join(remaining))).strip()
     return rest, [call for _, call in calls]
 
 
@@ -113,7 +125,7 @@ class ToolCallStreamFilter:
     (or a piece ending in what may be the start of one, like `<tool_c`), and a reply that *begins*
     with `{`, `[{` or a ```json fence is held as a whole (other fences, e.g. ```python, stream).
     A held JSON start is let go as soon as its first key shows it is not a call. `finish()` parses
-    what was held into (text to show, calls). With no tools offered everything streams.
+    what was held into (text to show, calls). With no tools offered only tags are held.
     """
 
     def __init__(self, tool_names: set[str]) -> None:
@@ -124,14 +136,12 @@ class ToolCallStreamFilter:
         self._shown_visible = False  # whether anything but whitespace was returned yet
 
     def feed(self, piece: str) -> str:
-        if not self.tool_names:
-            return piece
         if self._held:
             self._held += piece
             return ""
         text = self._pending + piece
         self._pending = ""
-        if self._at_start:
+        if self._at_start and self.tool_names:
             verdict = _start_verdict(text)
             if verdict == "undecided":
                 self._pending = text
@@ -149,6 +159,7 @@ class ToolCallStreamFilter:
         return parse_tool_calls(text, self.tool_names)
 
     def _scan(self, text: str) -> str:
+        text = _EMPTY_TAG_RE.sub("", text)
         index = min((i for i in (text.find(tag) for tag in OPEN_TAGS) if i >= 0), default=-1)
         if index >= 0:
             shown, self._held = text[:index], text[index:]
@@ -157,13 +168,19 @@ class ToolCallStreamFilter:
                 shown, self._held = "", text
         else:
             shown = text
-            # Hold a piece's end that could grow into an opening tag with the next piece.
+            # Hold a piece's end that could grow into a tag with the next piece.
             size = max(
-                (n for tag in OPEN_TAGS for n in range(1, len(tag)) if text.endswith(tag[:n])),
+                (
+                    n
+                    for tag in OPEN_TAGS + CLOSE_TAGS
+                    for n in range(1, len(tag))
+                    if text.endswith(tag[:n])
+                ),
                 default=0,
             )
             if size:
                 shown, self._pending = text[:-size], text[-size:]
+        shown = _CLOSE_TAG_RE.sub("", shown)
         self._shown_visible = self._shown_visible or bool(shown.strip())
         return shown
 

@@ -1,9 +1,9 @@
-"""Base class for model providers that run inside this process and plug into LiteLLM.
+"""Base class for our own LiteLLM providers: the local model's client and the tests' scripted model.
 
-The local llama.cpp model and the scripted test model both produce a stream of `TextDelta` and
-`ToolCallRequest` events from one async generator; this class turns that stream into what LiteLLM's
-custom-provider interface expects (streaming chunks or a whole `ModelResponse`), so the Router,
-its fallbacks and everything above it treat them like any hosted model.
+Each produces a stream of `TextDelta` and `ToolCallRequest` events from one async generator; this
+class turns that stream into what LiteLLM's custom-provider interface expects (streaming chunks or
+a whole `ModelResponse`), so the Router, its fallbacks and everything above it treat them like any
+hosted model.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ class UsageReport:
 
     prompt_tokens: int
     completion_tokens: int
+    # "length" when the reply was cut by max_tokens (the chat flow then continues it).
+    finish_reason: str = "stop"
 
 
 ProviderEvent = TextDelta | ToolCallRequest | UsageReport
@@ -65,8 +67,15 @@ class ProviderFailure(CustomLLMError):
         super().__init__(status_code=status_code, message=message)
 
 
-class InProcessProvider(CustomLLM):
+class CustomProvider(CustomLLM):
     """Adapts `generate()` to LiteLLM's four entry points (sync/async × streaming/whole)."""
+
+    def health(self) -> dict[str, Any]:
+        """What `/api/health` shows of this provider."""
+        return {"state": "ready"}
+
+    def close(self) -> None:
+        """Let go of what the provider holds (a model process, connections)."""
 
     def generate(
         self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
@@ -87,6 +96,7 @@ class InProcessProvider(CustomLLM):
     ) -> AsyncIterator[GenericStreamingChunk]:
         tool_index = 0
         usage = None
+        finish = "stop"
         async for event in self.generate(model, messages, optional_params):
             if isinstance(event, TextDelta):
                 if event.text:
@@ -102,12 +112,13 @@ class InProcessProvider(CustomLLM):
                 )
                 tool_index += 1
             else:
+                finish = event.finish_reason
                 usage = {
                     "prompt_tokens": event.prompt_tokens,
                     "completion_tokens": event.completion_tokens,
                     "total_tokens": event.prompt_tokens + event.completion_tokens,
                 }
-        yield _chunk(finished="tool_calls" if tool_index else "stop", usage=usage)
+        yield _chunk(finished="tool_calls" if tool_index else finish, usage=usage)
 
     async def acompletion(  # type: ignore[override]
         self,
@@ -187,7 +198,7 @@ def _fill_response(
     response.choices[0].message = Message(  # type: ignore[union-attr]
         content=text or None, role="assistant", tool_calls=tool_calls or None
     )
-    response.choices[0].finish_reason = "tool_calls" if calls else "stop"
+    response.choices[0].finish_reason = "tool_calls" if calls else usage.finish_reason
     response.model = model
     response.created = int(time.time())
     response.usage = Usage(  # type: ignore[attr-defined]

@@ -1,0 +1,102 @@
+"""What reaches the user of a model's text: never tool-call markup, and never a reply cut off by
+the length limit. Real server, database and embedder; the scripted model writes the raw text a
+small local model does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from chat.nodes import CONTINUE_REQUEST, MAX_CONTINUATIONS
+from tests.chat_client import read_events, send
+
+RAW_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def shown(events: list[dict[str, Any]]) -> str:
+    return "".join(e["text"] for e in events if e["type"] == "token")
+
+
+async def saved_reply(client: httpx.AsyncClient, chat_id: str) -> str:
+    messages = (await client.get(f"/api/chats/{chat_id}/messages")).json()
+    return messages[-1]["content"]
+
+
+async def test_tool_markup_never_reaches_the_screen_or_the_saved_reply(client, model) -> None:
+    # A call to a tool that was never offered, streamed in pieces that split the tags.
+    model.push(
+        {
+            "chunks": [
+                "It is sunny. ",
+                "<tool",
+                '_call>\n{"name": ',
+                '"get_weather"}',
+                "</tool_call>",
+            ]
+        },
+        {"chunks": ["<tools>", RAW_CALL, "</tools>", " Anything else?"]},
+        {"text": "Here: <tools></tools>done."},
+    )
+    for expected in ("It is sunny.", "Anything else?", "Here: done."):
+        events = await send(client, "How is the weather in Paris?")
+        assert events[-1]["type"] == "done"
+        assert shown(events).strip() == expected
+        assert (await saved_reply(client, events[0]["chat_id"])).strip() == expected
+
+
+async def test_a_tool_call_written_as_text_runs_as_a_call(client, model) -> None:
+    """With tools offered, a call the model wrote as text is run like a structured one."""
+    written = '<tool_call>{"name": "retrieve_memory", "arguments": {"query": "city"}}</tool_call>'
+    model.push({"text": written}, {"text": "You did not tell me yet."})
+    events = await send(client, "Where do I live?")
+    assert [e["name"] for e in events if e["type"] == "tool_start"] == ["retrieve_memory"]
+    assert shown(events) == "You did not tell me yet."
+    assert "<tool" not in await saved_reply(client, events[0]["chat_id"])
+
+
+async def test_a_reply_cut_by_the_length_limit_is_continued_and_stitched(client, model) -> None:
+    model.push(
+        {"text": "The three steps are: first, ", "finish_reason": "length"},
+        {"text": "second, and ", "finish_reason": "length"},
+        {"text": "third.", "finish_reason": "length"},
+    )
+    events = await send(client, "List the steps.")
+    assert shown(events) == "The three steps are: first, second, and third."
+    assert await saved_reply(client, events[0]["chat_id"]) == shown(events)
+    chat_calls = [c for c in model.calls if c["model"] == "chat"]
+    assert len(chat_calls) == 1 + MAX_CONTINUATIONS  # and no more, even cut again
+    last = chat_calls[-1]["messages"]
+    assert last[-1] == {"role": "user", "content": CONTINUE_REQUEST}
+    assert last[-2]["content"] == "The three steps are: first, second, and "
+
+
+async def test_a_client_leaving_stops_the_model_too(client, model) -> None:
+    """LangGraph leaves a node running when the run's consumer is cancelled: the turn cancels
+    it, so the model stops writing a reply nobody reads (the local model's CPU goes idle)."""
+    loop = asyncio.get_running_loop()
+    produced: list[float] = []
+    generate = model.generate
+
+    async def recording(name: str, messages: list, params: dict) -> AsyncIterator[Any]:
+        async for event in generate(name, messages, params):
+            produced.append(loop.time())
+            yield event
+
+    model.generate = recording  # type: ignore[method-assign]
+    try:
+        model.push({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
+        async with client.stream("POST", "/api/messages", json={"content": "Write"}) as response:
+            tokens = 0
+            async for event in read_events(response):
+                tokens += event["type"] == "token"
+                if tokens == 3:
+                    break  # leaving the block closes the connection
+        left = loop.time()
+        await asyncio.sleep(1.5)
+    finally:
+        model.generate = generate  # type: ignore[method-assign]
+    # Without the turn stopping its nodes, ~30 more pieces came in this time.
+    assert len([t for t in produced if t > left + 0.3]) == 0, len(produced)
