@@ -1,12 +1,13 @@
 """The local model, previous design against the new one in one run: start time, time to first
 token, prompt and decode speed, prompt-cache reuse and memory, on the app's real prompt.
 
-    python -m bench.local_model [--runs 2] [--max-tokens 48] [--threads 1,2]
+    python -m bench.local_model [--runs 2] [--max-tokens 48] [--threads 1,2] [--previous-threads N]
 
 Designs (both on the same GGUF, greedy decoding, at most --max-tokens tokens a reply):
 
 - **previous**: llama.cpp inside the web server process, `bench/inprocess_llama.py` (what
-  `core/local_llm.py` was), with all cores (its default) and a `LlamaRAMCache` of earlier prompts;
+  `core/local_llm.py` was), with all cores (its default; `--previous-threads` to compare the
+  designs at one thread count) and a `LlamaRAMCache` of earlier prompts;
 - **new**: the model in its own process (`core.local_model.serve`: llama-cpp-python's server),
   started and reached as the app does, through `core.local_model.provider.LocalModelProvider`
   (its queue, its prompt budget with the server's tokenizer, HTTP streaming), once per
@@ -27,7 +28,10 @@ A session, for each design and thread count in turn (previous, new@1, new@2, pre
    `chat.memory_extraction.RESPONSE_FORMAT`); its prompt replaces the model's live KV cache;
 4. the follow-up turn (first turn + its reply + a new question): the RAM prompt cache restores the
    first turn's prefix, so only the new suffix is read;
-5. the same first turn with the tool schemas the app offered before `tools: false` (instructions
+5. the first turn of another new chat in the same hour: the instructions are in the prompt cache
+   already, as `chat/warm_up.py` arranges after the server starts, so only the new question is
+   read (step 2 is the case of a message sent before the warm-up is done, or after a restart);
+6. the same first turn with the tool schemas the app offered before `tools: false` (instructions
    with `memory="tools"`, `chat.tools.tool_schemas()`), in a chat dated a day later so that only
    the prompt's first line is cached.
 
@@ -80,6 +84,7 @@ from core.prompts import chat_instructions, memory_extraction_request, user_turn
 
 FIRST_QUESTION = "How do I read an environment variable in Python, with a default value?"
 FOLLOW_UP = "Thanks. And how do I turn it into an int or a boolean flag safely?"
+OTHER_CHAT = "What is the difference between a list and a tuple in Python?"
 PREVIOUS = "previous"
 # Generous: on a loaded 2-core machine a cold 1,000-token prompt on one thread takes minutes, and
 # a timeout would lose the whole session.
@@ -252,13 +257,16 @@ def chat_prompt(
 async def session(
     design: str, threads: int, settings: Settings, counter: PromptCounter, max_tokens: int
 ) -> Session:
-    """Start a design, run the four generations, measure memory, close it."""
+    """Start a design, run the five generations, measure memory, close it."""
     gc.collect()
     me = psutil.Process()
     rss_before = me.memory_info().rss
     provider: CustomProvider
     if design == PREVIOUS:
-        provider = TimedInProcess(settings.model_copy(update={"local_model_threads": None}))
+        # threads 0: its own default (all cores)
+        provider = TimedInProcess(
+            settings.model_copy(update={"local_model_threads": threads or None})
+        )
         threads = provider.threads
     else:
         provider = LocalModelProvider(settings.model_copy(update={"local_model_threads": threads}))
@@ -288,6 +296,7 @@ async def session(
         await generation("utility", extraction, response_format=RESPONSE_FORMAT)
         reply = {"role": "assistant", "content": result.turns["first"].reply}
         await generation("follow-up", chat_prompt(now, FOLLOW_UP, earlier=[first[1], reply]))
+        await generation("warm", chat_prompt(now, OTHER_CHAT))
         tomorrow = now + timedelta(days=1)
         tools = tool_schemas()
         await generation("tools", chat_prompt(tomorrow, FIRST_QUESTION, "tools"), tools=tools)
@@ -348,6 +357,12 @@ def rows() -> list[Row]:
         Row("  prompt tokens reused from the cache", reused, "tokens", 0, True),
         Row("  decode", turn("follow-up", "decode_tokens_per_s"), "tokens/s"),
         Row(
+            "first turn of another new chat, instructions cached (as after the warm-up): TTFT",
+            turn("warm", "first_token_s"),
+            "s",
+            digits=2,
+        ),
+        Row(
             "first turn with the tool schemas (tools: true): TTFT",
             turn("tools", "first_token_s"),
             "s",
@@ -391,8 +406,9 @@ def render(sessions: list[Session], threads: list[int], header: str) -> str:
     lines.append("")
     lines.append(
         f"Prompt tokens: first turn {turns['first'].prompt_tokens}, memory extraction"
-        f" {turns['utility'].prompt_tokens}, follow-up {turns['follow-up'].prompt_tokens}, first"
-        f" turn with tool schemas {turns['tools'].prompt_tokens}."
+        f" {turns['utility'].prompt_tokens}, follow-up {turns['follow-up'].prompt_tokens}, another"
+        f" chat's first turn {turns['warm'].prompt_tokens} ({turns['warm'].reused_tokens} cached"
+        f" in the previous design), first turn with tool schemas {turns['tools'].prompt_tokens}."
     )
     by_cpu = median_of(previous, inferred_reuse)
     by_wall = median_of(previous, lambda s: inferred_reuse(s, "first_token_s"))
@@ -412,9 +428,11 @@ def render(sessions: list[Session], threads: list[int], header: str) -> str:
     app = default_threads()
     for t in threads:
         first = median_of(news[t], lambda s: s.turns["first"].first_token_s)
+        warm = median_of(news[t], lambda s: s.turns["warm"].first_token_s)
         follow = median_of(news[t], lambda s: s.turns["follow-up"].first_token_s)
         verdict = [
-            f"first reply {first:.1f} s (target ≤ 15 s: {'met' if first <= 15 else 'missed'})",
+            f"first reply of a new chat {first:.1f} s cold, {warm:.1f} s after the warm-up"
+            f" (target ≤ 15 s: {'met' if first <= 15 else 'missed'} cold)",
             f"follow-up {follow:.1f} s (target ≤ 3 s: {'met' if follow <= 3 else 'missed'})",
         ]
         default = " (the app's default)" if t == app else ""
@@ -444,7 +462,9 @@ def _load() -> str:
     return "/".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-async def run(settings: Settings, runs: int, max_tokens: int, threads: list[int]) -> None:
+async def run(
+    settings: Settings, runs: int, max_tokens: int, threads: list[int], previous_threads: int
+) -> None:
     model = ensure_local_model(settings)
     started = time.monotonic()
     import llama_cpp  # noqa: F401  (timed once: the previous design's load time leaves it out)
@@ -463,7 +483,7 @@ async def run(settings: Settings, runs: int, max_tokens: int, threads: list[int]
             }
         )
         for round_ in range(1, runs + 1):
-            for design, count in [(PREVIOUS, 0)] + [("new", t) for t in threads]:
+            for design, count in [(PREVIOUS, previous_threads)] + [("new", t) for t in threads]:
                 began = time.monotonic()
                 one = await session(design, count, base, counter, max_tokens)
                 sessions.append(one)
@@ -498,9 +518,16 @@ def main() -> None:
         help="LOCAL_MODEL_THREADS values for the new design, comma-separated"
         " (default: the app's, all cores but one)",
     )
+    parser.add_argument(
+        "--previous-threads",
+        type=int,
+        default=0,
+        help="threads of the previous design (default 0: its own default, all cores)",
+    )
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    asyncio.run(run(get_settings(), args.runs, args.max_tokens, threads))
+    settings = get_settings()
+    asyncio.run(run(settings, args.runs, args.max_tokens, threads, args.previous_threads))
 
 
 if __name__ == "__main__":

@@ -153,7 +153,9 @@ def main() -> None:
         servers[f" ({args.compare})"] = args.compare.resolve()
     samples: dict[str, list[tuple[float, int]]] = {"bare FastAPI app (baseline)": []}
     with tempfile.TemporaryDirectory() as scratch:
-        server_env = {**env, "HF_HUB_OFFLINE": "1"}
+        # No warm-up: it would start the local model in the background of the timed starts
+        # (the model's own steps are measured below).
+        server_env = {**env, "HF_HUB_OFFLINE": "1", "LOCAL_MODEL_WARM_UP": "false"}
         for run in range(args.runs):
             port = free_port()
             code = BASELINE_APP.replace("{port}", str(port))

@@ -39,10 +39,10 @@ included), and:
   a core. The bare baseline's stalls in the same run show what the machine's load alone does.
 
 Two more phases (one round of `--side-turns` messages per client, at 10 clients) check the stall
-target: messages whose scripted model calls `save_memory` / `retrieve_memory` (so the embedder
-runs, in its own thread), and plain messages while the real local llama.cpp model generates in its
-worker thread (`core/local_llm.py`, weights from data/models; skipped with --no-local or when the
-weights are missing); then the CPU column includes the model's threads. For stalls over 50 ms the
+target: messages whose scripted model calls `save_memory` / `retrieve_memory` (so the embedder runs,
+in its own thread), and plain messages while the real local llama.cpp model generates in its own
+process (`core/local_model/`, weights from data/models; skipped with --no-local or when the weights
+are missing); the CPU column is this process's, the model's is not in it. For stalls over 50 ms the
 table adds what the loop's thread was running (a watchdog thread's snapshot), and it lists the
 garbage collector's pauses, which stop the loop too.
 """
@@ -85,7 +85,7 @@ from chat import summary
 from chat.memory_worker import MemoryWorker
 from core import memory_jobs
 from core.config import PROJECT_ROOT, load_settings
-from core.llm_router import provider_handler
+from core.llm_router import provider_handler, register_provider
 from core.logs import configure_logging
 from core.services import Services, open_services
 from tests.chat_client import read_events, serve_app
@@ -874,6 +874,8 @@ async def run_bench(services: Services, options: Options) -> Report:
 
 
 async def _main(options: Options) -> None:
+    # The scripted model is the tests' own; the app never registers it.
+    register_provider("scripted", ScriptedProvider())
     with tempfile.TemporaryDirectory(prefix="bench-turn-") as scratch:
         scratch_dir = Path(scratch)
         models = scratch_dir / "models.yaml"
