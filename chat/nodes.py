@@ -26,7 +26,7 @@ from chat.summary import FOLD_AT_UNSUMMARISED
 from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
 from core import chat_store
-from core.model_progress import progress_listener
+from core.model_progress import progress_listener, reading_what
 from core.prompts import chat_instructions, user_turn
 from core.tracing import trace_metadata
 
@@ -367,6 +367,9 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
         step_event(turn, _step_text(name, args), tool=name)
     writer({"type": "tool_start", "id": call["id"], "name": name, "args": args})
     if failure is None:
+        # A tool's model calls (the web answer) are watched too: their progress becomes steps.
+        listener = progress_listener.set(_progress_steps(turn))
+        reading = reading_what.set("the sources")
         try:
             result = await TOOLS_BY_NAME[name].ainvoke(
                 {"name": name, "args": args, "id": call["id"], "type": "tool_call"}, config=config
@@ -377,6 +380,9 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
                 answer = result.artifact
         except Exception as error:  # the model reads the error and may try something else
             failure = f"{type(error).__name__}: {error}"
+        finally:
+            reading_what.reset(reading)
+            progress_listener.reset(listener)
     if failure is not None:
         content = json.dumps({"error": f"Tool {name} failed: {failure}"})
         log.warning("Chat %s: tool %s failed: %s", short_id(turn.chat_id), name, failure)

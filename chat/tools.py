@@ -227,11 +227,11 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
         metadata=lambda name: trace_metadata(turn.trace_id, str(turn.chat_id), name),
         embedding_cache=turn.embedding_cache,
         chunks_kept=chunks_kept_for(turn.services.model_plan),
+        # A chat model without tools cannot search again: this search answers, whatever it found.
+        last=not turn.services.model_plan.capability("chat", "tools"),
     ).run()
     if result.answer is None:
-        # A chat model without tools cannot search again: it answers from what it has.
-        can_search = turn.services.model_plan.capability("chat", "tools")
-        left = MAX_SEARCHES - len(turn.searches) if can_search else 0
+        left = MAX_SEARCHES - len(turn.searches)
         return _dumps(
             {
                 "enough_evidence": False,

@@ -16,6 +16,8 @@ from contextvars import ContextVar
 progress_listener: ContextVar[Callable[[str], None] | None] = ContextVar(
     "progress_listener", default=None
 )
+# What the model reads in the call under way, for "Reading … (812 tokens)".
+reading_what: ContextVar[str] = ContextVar("reading_what", default="your message")
 
 
 def report_progress(text: str) -> None:

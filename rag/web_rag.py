@@ -1,8 +1,9 @@
 """One round of web search, as the `web_search` tool runs it:
 
 search → chunk and clean → rank → check the evidence → (not enough: tell the model why) or answer
-with inline [n] citations from the numbered sources. The third search of a message skips the check
-and always answers. Pages are untrusted: they reach models only inside delimited source blocks.
+with inline [n] citations from the numbered sources. The last search of a message (the third, or
+the only one when the chat model cannot search again) skips the check and always answers, saying
+what it could not find. Pages are untrusted: they reach models only inside delimited source blocks.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ log = logging.getLogger("resolveai.web")
 MAX_SEARCHES = 3  # per user message
 RESULTS_PER_SEARCH = 5
 CHUNKS_KEPT = 20
-# The in-process model reads ~40 prompt tokens/s on 2 cores: 20 chunks (~5,000 tokens) would take
-# minutes per check and per answer, so it reads only the best few.
+# The local model reads ~20-25 prompt tokens/s on one of 2 cores: 20 chunks (~5,000 tokens) would
+# take minutes, so it reads only the best 6 (~1,300 tokens with the rest: about a minute). 5 cut a
+# web answer from 78 to 66 s but answered 0 of 2 eval questions instead of 1 (n=2: a hint only).
 CHUNKS_FOR_LOCAL_MODEL = 6
 
 
 def chunks_kept_for(model_plan: ModelPlan) -> int:
-    """How many of the best chunks the models read: fewer when the chat model runs in-process."""
+    """How many of the best chunks the models read: fewer when the chat model runs locally."""
     return CHUNKS_FOR_LOCAL_MODEL if model_plan.runs_locally("chat") else CHUNKS_KEPT
 
 
@@ -77,6 +79,9 @@ class WebSearchRound:
     metadata: Callable[[str], dict[str, Any]]  # tracing metadata for a named model call
     embedding_cache: dict[str, Any]
     chunks_kept: int = CHUNKS_KEPT  # how many of the best chunks the models read
+    # No search can follow this one (a chat model without tools): a check could only lead to
+    # "not enough", and on the local model it costs as much as the answer (it reads every chunk).
+    last: bool = False
 
     async def run(self) -> RoundResult:
         self.step(f"Searching the web for “{self.query}”")
@@ -89,7 +94,7 @@ class WebSearchRound:
         chunked = time.monotonic()
         if not chunks:
             log.info("Web: search %d found nothing (%.1f s)", self.number, searched - started)
-            if self.number < MAX_SEARCHES:
+            if not self._is_last():
                 return self._not_enough("the search returned no usable pages")
             answer = f"I couldn't find information about “{self.query}” on the web."
             self.token(answer)
@@ -107,7 +112,7 @@ class WebSearchRound:
             searched - started, chunked - searched, ranked_at - chunked,
         )  # fmt: skip
 
-        if self.number < MAX_SEARCHES:
+        if not self._is_last():
             verdict = await check_evidence(
                 self.router, self.question, self.context, blocks, self.metadata("evidence check")
             )
@@ -127,6 +132,9 @@ class WebSearchRound:
         elapsed = time.monotonic() - ranked_at
         log.info("Web: answer written (%d chars, %.1f s)", len(answer), elapsed)
         return RoundResult(answer, [s.public() for s in sources])
+
+    def _is_last(self) -> bool:
+        return self.last or self.number >= MAX_SEARCHES
 
     def _not_enough(self, reason: str) -> RoundResult:
         self.step(f"Search {self.number} of {MAX_SEARCHES} was not enough: {reason}")

@@ -41,7 +41,7 @@ from core.custom_provider import (
 )
 from core.local_model.process import Endpoint, LocalModelFailure, LocalModelProcess
 from core.local_model.queue import ModelQueue, QueueFull
-from core.model_progress import report_progress, someone_is_watching
+from core.model_progress import reading_what, report_progress, someone_is_watching
 
 log = logging.getLogger("resolveai.models")
 
@@ -250,9 +250,8 @@ def _left(deadline: float) -> float:
 
 
 def _reading_step(message: dict[str, Any], tokens: int) -> str:
-    if message["role"] == "tool":
-        return f"Reading what the tools found ({tokens} tokens)"
-    return f"Reading your message ({tokens} tokens)"
+    what = "what the tools found" if message["role"] == "tool" else reading_what.get()
+    return f"Reading {what} ({tokens} tokens)"
 
 
 def _last_user_index(messages: list[dict[str, Any]]) -> int:
