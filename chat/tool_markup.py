@@ -35,6 +35,16 @@ OPEN_TAGS = (OPEN_TAG, "<tools>")
 CLOSE_TAGS = (CLOSE_TAG, "</tools>")
 # A closing tag left over (its opening tag ended a body early, or never came) is markup too.
 _CLOSE_TAG_RE = re.compile(r"</(tool_call|tools)>")
+# The tags our prompts wrap data in (core/prompts.py): a small model sometimes echoes one around
+# its answer ("<memories>\nI remember the sea…"). The tag goes, what it wraps stays.
+PROMPT_TAG_NAMES = (
+    "memories", "note", "instructions", "conversation_summary", "sources", "source",
+    "question", "context", "known_facts", "user_message", "assistant_said_before",
+)  # fmt: skip
+PROMPT_TAGS = tuple(f"<{name}>" for name in PROMPT_TAG_NAMES) + tuple(
+    f"</{name}>" for name in PROMPT_TAG_NAMES
+)
+_PROMPT_TAG_RE = re.compile(rf"</?(?:{'|'.join(PROMPT_TAG_NAMES)})(?:\s[^<>]*)?>\n?")
 
 # A tag's body ends at its closing tag, at the next opening tag, or at the end of the reply.
 _TAG_RE = re.compile(
@@ -74,7 +84,7 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> tuple[str, list[ToolCal
     read, stays in the text. Without any markup the text is returned unchanged; otherwise the
     markup is cut out and the rest trimmed.
     """
-    if not text or ("<tool" not in text and "</tool" not in text and not tool_names):
+    if not text or ("<" not in text and not tool_names):
         return text, []
     text = _EMPTY_TAG_RE.sub("", text)
     calls: list[tuple[int, ToolCall]] = []
@@ -106,7 +116,7 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> tuple[str, list[ToolCal
         cut.append((start, end))
 
     if not cut:
-        stripped = _CLOSE_TAG_RE.sub("", text)
+        stripped = _PROMPT_TAG_RE.sub("", _CLOSE_TAG_RE.sub("", text))
         return (stripped.strip(), []) if stripped != text else (text, [])
     calls.sort(key=lambda item: item[0])
     remaining, position = [], 0
@@ -114,7 +124,8 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> tuple[str, list[ToolCal
         remaining.append(text[position:start])
         position = end
     remaining.append(text[position:])
-    rest = re.sub(r"\n{3,}", "\n\n", _CLOSE_TAG_RE.sub("", "".join(remaining))).strip()
+    rest = _PROMPT_TAG_RE.sub("", _CLOSE_TAG_RE.sub("", "".join(remaining)))
+    rest = re.sub(r"\n{3,}", "\n\n", rest).strip()
     return rest, [call for _, call in calls]
 
 
@@ -172,7 +183,7 @@ class ToolCallStreamFilter:
             size = max(
                 (
                     n
-                    for tag in OPEN_TAGS + CLOSE_TAGS
+                    for tag in OPEN_TAGS + CLOSE_TAGS + PROMPT_TAGS
                     for n in range(1, len(tag))
                     if text.endswith(tag[:n])
                 ),
@@ -180,7 +191,7 @@ class ToolCallStreamFilter:
             )
             if size:
                 shown, self._pending = text[:-size], text[-size:]
-        shown = _CLOSE_TAG_RE.sub("", shown)
+        shown = _PROMPT_TAG_RE.sub("", _CLOSE_TAG_RE.sub("", shown))
         self._shown_visible = self._shown_visible or bool(shown.strip())
         return shown
 

@@ -39,8 +39,9 @@ async def test_tool_markup_never_reaches_the_screen_or_the_saved_reply(client, m
         },
         {"chunks": ["<tools>", RAW_CALL, "</tools>", " Anything else?"]},
         {"text": "Here: <tools></tools>done."},
+        {"chunks": ["<memories>\n", "Waves on the shore.", "\n</memories>"]},  # an echoed tag
     )
-    for expected in ("It is sunny.", "Anything else?", "Here: done."):
+    for expected in ("It is sunny.", "Anything else?", "Here: done.", "Waves on the shore."):
         events = await send(client, "How is the weather in Paris?")
         assert events[-1]["type"] == "done"
         assert shown(events).strip() == expected

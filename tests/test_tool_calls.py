@@ -253,3 +253,14 @@ def test_stream_filter_holds_a_tools_tag_split_across_pieces() -> None:
     )
     assert shown == "Sure. "
     assert stream.finish() == ("", [("save_memory", {"content": "x"})])
+
+
+def test_echoed_prompt_tags_go_and_what_they_wrap_stays() -> None:
+    # Seen from the 1.5B model: its poem inside the <memories> tag of the prompt.
+    shown, rest, calls = run_filter(
+        ["<mem", "ories>\nI remember", " the sea.\n</memo", "ries> Done. x < y, <b>bold</b>"],
+        tools=set(),
+    )
+    assert "".join(shown) + rest == "I remember the sea.\n Done. x < y, <b>bold</b>"
+    assert calls == []
+    assert parse_tool_calls('<source n="1">\nParis.\n</source>', set()) == ("Paris.", [])
