@@ -4,10 +4,15 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# torch first, from its CPU build, so nothing pulls a multi-GB CUDA build; llama.cpp built portable
-# (-DGGML_NATIVE=OFF) so the wheel pip caches runs on any x86-64 CPU.
+# torch first, from its CPU build, so nothing pulls a multi-GB CUDA build. llama.cpp is built with
+# its runtime CPU variants (one backend per instruction-set level, from plain x86-64 to AVX-512;
+# core/local_model/cpu_backend.py loads the best one this CPU runs), never for the build machine
+# alone (-DGGML_NATIVE=OFF), and without pip's wheel cache, which ignores CMAKE_ARGS: a wheel built
+# earlier with other flags would be reused. CMAKE_ARGS=-DGGML_NATIVE=OFF builds one portable AVX2
+# backend instead: about a sixth of the build time, a slower model on AVX-512 CPUs.
 TORCH := torch==2.13.0
-export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+LLAMA := $(shell grep -E '^llama_cpp_python==' requirements.txt)
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: run test lint format install install-dev clean
@@ -33,6 +38,7 @@ $(VENV)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "ResolveAI needs Python 3.11 (set PYTHON=...)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(TORCH)
+	$(BIN)/pip install --no-cache-dir --no-deps $(LLAMA)
 	$(BIN)/pip install -r requirements.txt
 	touch $@
 

@@ -63,6 +63,7 @@ from core.custom_provider import (
     UsageReport,
 )
 from core.errors import StartupError
+from core.local_model.cpu_backend import NoCpuBackend, load_cpu_backend
 from core.local_model.weights import ensure_local_model
 
 if TYPE_CHECKING:
@@ -293,7 +294,9 @@ class LocalLlamaProvider(CustomProvider):
         try:
             import llama_cpp
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-        except ImportError as error:
+
+            load_cpu_backend()
+        except (ImportError, NoCpuBackend) as error:
             raise ProviderFailure(f"Local model: llama-cpp-python is not usable: {error}") from None
 
         log.info(

@@ -76,6 +76,7 @@ from chat.tools import tool_schemas
 from core.config import PROJECT_ROOT, Settings, get_settings
 from core.custom_provider import CustomProvider, ProviderEvent, TextDelta
 from core.grounding import numbered_sentences
+from core.local_model.cpu_backend import load_cpu_backend
 from core.local_model.process import default_threads
 from core.local_model.provider import LocalModelProvider
 from core.local_model.weights import ensure_local_model
@@ -127,6 +128,7 @@ class PromptCounter:
         import llama_cpp
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+        load_cpu_backend()
         self.llm = llama_cpp.Llama(model_path=str(model), vocab_only=True, verbose=False)
         eos = self.llm._model.token_get_text(self.llm.token_eos())
         self.formatter = Jinja2ChatFormatter(

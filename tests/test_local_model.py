@@ -38,6 +38,7 @@ from core.custom_provider import ProviderFailure
 from core.errors import StartupError
 from core.llm_router import ModelPlan, build_router, plan_models, provider_handler
 from core.local_model import weights as model_weights
+from core.local_model.cpu_backend import NoCpuBackend, Variant, best_variant, installed_variants
 from core.local_model.process import LocalModelProcess
 from core.local_model.provider import LocalModelProvider, _request
 from core.local_model.queue import ModelQueue, QueueFull
@@ -480,6 +481,26 @@ async def test_warm_up_reads_the_prompts_fixed_start_before_the_first_message(
         litellm.custom_provider_map = saved_providers
 
 
+def test_the_best_cpu_variant_this_cpu_runs_is_picked_never_amx() -> None:
+    def variant(name: str, score: int) -> Variant:
+        return Variant(name, Path(f"libggml-cpu-{name}.so"), score)
+
+    found = [variant("x64", 1), variant("haswell", 64), variant("zen4", 1984),
+             variant("sapphirerapids", 4032), variant("icelake", 0)]  # fmt: skip
+    assert best_variant(found).name == "zen4"
+    assert best_variant([variant("x64", 1), variant("icelake", 0)]).name == "x64"
+    with pytest.raises(NoCpuBackend, match=r"No llama\.cpp CPU backend runs on this CPU"):
+        best_variant([variant("sapphirerapids", 4032), variant("zen4", 0)])
+
+
+def test_the_installed_llama_cpp_build_has_its_runtime_cpu_variants() -> None:
+    # The Makefile builds them (GGML_CPU_ALL_VARIANTS); a portable one-backend build would run
+    # AVX-512 CPUs at AVX2 speed. Rebuild with `make clean install-dev` if this fails.
+    names = {v.name for v in installed_variants()}
+    assert {"x64", "sse42", "haswell", "skylakex", "zen4"} <= names, names
+    assert best_variant(installed_variants()).score > 0
+
+
 @pytest.mark.slow
 async def test_real_model_constrained_tool_call_and_json_verdict(
     local_router: tuple[Any, LocalModelProvider],
@@ -507,6 +528,10 @@ async def test_real_model_constrained_tool_call_and_json_verdict(
     assert calls[0].function.name == "get_weather"
     assert "paris" in json.loads(calls[0].function.arguments)["city"].lower()
     assert "<tool" not in "".join(text)
+    # It runs on the fastest CPU variant this CPU runs, never the AMX one (SIGILL on these VMs).
+    _, provider = local_router
+    assert provider.process is not None
+    assert provider.process.health()["cpu_backend"] == best_variant(installed_variants()).name
     # The first use started the model process and said so; then it read the message.
     assert steps[0].startswith("Starting the local model"), steps
     assert any(s.startswith("Reading your message (") for s in steps), steps

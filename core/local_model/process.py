@@ -90,6 +90,8 @@ class LocalModelProcess:
             "state": self.state,
             "threads": self.threads,
             "pid": info.get("pid") if info else None,
+            # The llama.cpp CPU variant it runs on (core.local_model.cpu_backend), None if built in.
+            "cpu_backend": info.get("cpu_backend") if info else None,
             "restarts": self.restarts,
             "error": self.last_error,
         }
@@ -103,7 +105,7 @@ class LocalModelProcess:
         if self._closing:
             return False
         info = self._read_info()
-        if info and await asyncio.to_thread(_answers, info):
+        if info and await asyncio.to_thread(_answers, info) is not None:
             return False
         self.state, self._known = "restarting", None
         self.last_error = "The local model stopped unexpectedly"
@@ -148,7 +150,7 @@ class LocalModelProcess:
             with (self.folder / "start.lock").open("a") as start_lock:
                 fcntl.flock(start_lock, fcntl.LOCK_EX)
                 info = self._read_info()
-                if info and _answers(info):
+                if info and _answers(info) is not None:
                     self.state, self._known = "ready", info
                     return _endpoint(info)
                 if self.state not in ("restarting",):
@@ -198,7 +200,7 @@ class LocalModelProcess:
                 cwd=Path(__file__).resolve().parents[2],
             )
         info = {"pid": child.pid, "port": port, "key": key}
-        while not _answers(info):
+        while (alive := _answers(info)) is None:
             code = child.poll()
             if code is not None:
                 raise LocalModelFailure(_exit_reason(code, log_path))
@@ -208,11 +210,17 @@ class LocalModelProcess:
                     f"The local model did not start within {START_TIMEOUT_SECONDS} s"
                 )
             time.sleep(0.25)
+        info["cpu_backend"] = alive.get("cpu_backend")
         _write_private(self.info_file, json.dumps(info))
         self._child = child
         threading.Thread(target=self._watch, args=(child,), name="local-model-watch",
                          daemon=True).start()  # fmt: skip
-        log.info("Local model: ready in %.1f s (pid %d)", time.monotonic() - started, child.pid)
+        log.info(
+            "Local model: ready in %.1f s (pid %d, llama.cpp CPU backend %s)",
+            time.monotonic() - started,
+            child.pid,
+            info["cpu_backend"] or "built in",
+        )
         return info
 
     def _watch(self, child: subprocess.Popen) -> None:
@@ -274,13 +282,14 @@ def _endpoint(info: dict[str, Any]) -> Endpoint:
     return Endpoint(f"http://127.0.0.1:{info['port']}/v1", info["key"], info.get("pid"))
 
 
-def _answers(info: dict[str, Any]) -> bool:
-    """Whether the model process `info` names is up (answered at once, even while it works)."""
+def _answers(info: dict[str, Any]) -> dict[str, Any] | None:
+    """What the model process `info` names says of itself if it is up (it answers at once, even
+    while it works), else None."""
     try:
         response = httpx.get(f"http://127.0.0.1:{info['port']}{ALIVE_PATH}", timeout=5)
-    except (httpx.HTTPError, KeyError):
-        return False
-    return response.status_code == 200
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, KeyError, ValueError):
+        return None
 
 
 def _free_port(preferred: int | None) -> int:
@@ -300,8 +309,8 @@ def _exit_reason(code: int, log_path: Path) -> str:
         reason = f"The local model stopped unexpectedly ({name})"
         if name == "SIGILL":
             reason += (
-                "; its llama.cpp build uses an instruction this CPU lacks: reinstall "
-                "llama-cpp-python with CMAKE_ARGS=-DGGML_NATIVE=OFF and pip --no-cache-dir"
+                "; its llama.cpp build uses an instruction this CPU lacks: reinstall it with "
+                "`make clean install` (it builds llama.cpp's runtime CPU variants)"
             )
         return reason
     tail = [line for line in _tail(log_path) if line.strip()]

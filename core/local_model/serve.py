@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import threading
 import time
@@ -55,16 +56,17 @@ _abort_callback: Any = None
 ALIVE_PATH = "/resolveai/alive"
 
 
-def watch_disconnects(app: Any) -> Any:
+def watch_disconnects(app: Any, about: dict[str, Any]) -> Any:
     """ASGI wrapper: a new completion request clears the flag, its client's disconnect sets it.
 
-    It also answers `ALIVE_PATH` itself: the server's own routes wait for the model while it
-    works, and a liveness check must not take a busy model for a dead one."""
+    It also answers `ALIVE_PATH` itself, with `about` as JSON: the server's own routes wait for
+    the model while it works, and a liveness check must not take a busy model for a dead one."""
 
     async def wrapped(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == ALIVE_PATH:
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"alive"})
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": json.dumps(about).encode()})
             return
         if scope["type"] != "http" or not scope["path"].endswith("/completions"):
             await app(scope, receive, send)
@@ -110,6 +112,13 @@ def main() -> None:
     from llama_cpp.server.app import create_app
     from llama_cpp.server.settings import ModelSettings, ServerSettings
 
+    from core.local_model.cpu_backend import NoCpuBackend, load_cpu_backend
+
+    try:
+        variant = load_cpu_backend()
+    except NoCpuBackend as error:
+        raise SystemExit(f"local model: {error}") from None
+    print(f"local model: llama.cpp CPU backend {variant or 'built in'}", flush=True)
     stop_work_when_client_leaves()
     model = ModelSettings(
         model=args.model,
@@ -140,7 +149,10 @@ def main() -> None:
     threading.Thread(
         target=exit_when_orphaned, args=(args.users_lock,), name="orphan-check", daemon=True
     ).start()
-    uvicorn.run(watch_disconnects(app), host=server.host, port=server.port, log_level="warning")
+    about = {"cpu_backend": variant}
+    uvicorn.run(
+        watch_disconnects(app, about), host=server.host, port=server.port, log_level="warning"
+    )
 
 
 if __name__ == "__main__":
