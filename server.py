@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import psycopg
+import psycopg_pool
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +28,8 @@ from chat import summary
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
+from chat.turn_jobs import TurnJobs
+from chat.turn_recovery import recover_abandoned_turns
 from chat.warm_up import warm_local_model
 from core.config import Settings, get_settings
 from core.errors import StartupError
@@ -33,6 +37,9 @@ from core.logs import configure_logging, report_startup_failure
 from core.services import Services, open_services
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+DATABASE_DOWN = (
+    "The database is not answering, so nothing could be read or saved. Try again in a moment."
+)
 log = logging.getLogger("resolveai")
 
 # The browser UI loads nothing from other origins and runs no inline script or style, so the
@@ -90,7 +97,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if services is not None:
             app.state.services = services
-            async with memory_worker(app, services), summary_folds():
+            async with memory_worker(app, services), summary_folds(), turn_jobs(app, services):
                 freeze_startup_objects()
                 yield
             return
@@ -102,7 +109,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             raise
         app.state.services = opened
         try:
-            async with memory_worker(app, opened), summary_folds(), warm_up(opened):
+            async with (
+                memory_worker(app, opened),
+                summary_folds(),
+                warm_up(opened),
+                turn_jobs(app, opened),
+            ):
                 freeze_startup_objects()
                 log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
                 yield
@@ -118,6 +130,13 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         return JSONResponse({"error": error.detail}, status_code=error.status_code)
+
+    @app.exception_handler(psycopg.OperationalError)
+    @app.exception_handler(psycopg_pool.PoolTimeout)
+    async def database_down(request: Request, error: Exception) -> JSONResponse:
+        log.warning("Database unavailable for %s %s: %s", request.method, request.url.path,
+                    str(error).splitlines()[0] if str(error) else type(error).__name__)  # fmt: skip
+        return JSONResponse({"error": DATABASE_DOWN}, status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -159,6 +178,25 @@ async def memory_worker(app: FastAPI, services: Services) -> AsyncIterator[Memor
         yield worker
     finally:
         await worker.close()
+
+
+@asynccontextmanager
+async def turn_jobs(app: FastAPI, services: Services) -> AsyncIterator[TurnJobs]:
+    """The replies this process writes (chat/turn_jobs.py). At start-up, the replies a process
+    that died left unfinished are saved as interrupted; at shutdown, this process's are."""
+    jobs = TurnJobs()
+    app.state.turn_jobs = jobs
+    try:
+        recovered = await recover_abandoned_turns(services)
+    except (psycopg.Error, psycopg_pool.PoolTimeout) as error:  # the next start or message does it
+        log.warning("Unfinished replies not recovered at start-up: %s", error)
+        recovered = 0
+    if recovered:
+        log.info("Recovered %d unfinished replies left by a server that stopped", recovered)
+    try:
+        yield jobs
+    finally:
+        await jobs.close()
 
 
 @asynccontextmanager

@@ -334,15 +334,37 @@ STEP_TEXT = {
 }
 
 
+# Tools that write (and stream) the reply themselves: one of them a step, or two answers would
+# stream into each other.
+ANSWERING_TOOLS = ("web_search",)
+ONE_ANSWER_AT_A_TIME = json.dumps(
+    {"error": "Only one web search runs at a time; the first one answered the user."}
+)
+
+
 async def run_tools(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
-    """Run every requested tool (concurrently); a failing tool gives the model an error to read."""
+    """Run every requested tool (concurrently); a failing tool gives the model an error to read.
+
+    Of the tools that answer the user themselves (web_search), only the first requested runs; the
+    others are told so. What the model wrote before it (a preamble) stays part of the reply, set
+    apart from the answer by a blank line, streamed like the rest: what streamed is what is saved.
+    """
     turn = turn_of(config)
     requested = state["messages"][-1]["tool_calls"]
-    results = await asyncio.gather(*(_run_tool(turn, call, config) for call in requested))
-    update: dict[str, Any] = {
-        "messages": [r["message"] for r in results],
-        "tool_calls": [r["record"] for r in results],
-    }
+    answering = [c for c in requested if c["function"]["name"] in ANSWERING_TOOLS]
+    skipped = {c["id"] for c in answering[1:]}
+    update: dict[str, Any] = {}
+    if answering and state.get("reply", "").strip():
+        get_stream_writer()({"type": "token", "text": "\n\n"})
+        update["reply"] = state["reply"] + "\n\n"
+    results = await asyncio.gather(
+        *(_run_tool(turn, call, config) for call in requested if call["id"] not in skipped)
+    )
+    update["messages"] = [r["message"] for r in results] + [
+        {"role": "tool", "tool_call_id": call_id, "content": ONE_ANSWER_AT_A_TIME}
+        for call_id in skipped
+    ]
+    update["tool_calls"] = [r["record"] for r in results]
     answers = [r["answer"] for r in results if r["answer"]]
     if answers:
         update["tool_answer"] = answers[-1]
@@ -415,8 +437,10 @@ def route_after_tools(state: ChatState) -> str:
 async def use_tool_answer(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     """A tool (web_search) already wrote the answer and streamed it: it becomes the reply."""
     answer = state["tool_answer"] or {}
-    # The tool already sent the `sources` event, before the answer's first token.
-    return {"reply": answer.get("answer", ""), "sources": answer.get("sources", [])}
+    # The tool already sent the `sources` event, before the answer's first token. What the model
+    # wrote before calling it streamed first and stays first.
+    reply = state.get("reply", "") + answer.get("answer", "")
+    return {"reply": reply, "sources": answer.get("sources", [])}
 
 
 # --- save_turn -----------------------------------------------------------------------------------

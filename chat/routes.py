@@ -1,12 +1,20 @@
-"""The chat API: send a message (a Server-Sent Events stream), list, read, rename and delete chats.
+"""The chat API: send a message (a Server-Sent Events stream), follow or stop a reply being written,
+list, read, rename and delete chats.
 
-Errors are JSON `{"error": "..."}` with a 4xx status: 404 unknown chat, 409 a reply already being
-written in the chat, 422 bad input (empty or too long message, malformed id). A new chat may be
-`temporary` (no memory read or written); deleting a chat may forget the memories it gave.
+A reply is a job (chat/turn_jobs.py): the POST's stream is only its first reader, and leaving it
+stops nothing. `GET /api/chats/{id}/stream?after=N` (or SSE `Last-Event-ID: N`) replays the reply
+being written from event N and follows it, from any server process; every event carries its
+number as its SSE id. `POST /api/chats/{id}/stop` stops it, whichever process writes it.
+
+Errors are JSON `{"error": "..."}` with a 4xx status: 404 unknown chat (or no reply to follow),
+409 a reply already being written in the chat (or none to stop), 422 bad input (empty or too long
+message, malformed id). A new chat may be `temporary` (no memory read or written); deleting a chat
+may forget the memories it gave.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -17,14 +25,16 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, Field, field_validator, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, start_turn, stream_turn
-from core import chat_store, memory_store
+from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, NotRetryable, start_turn
+from chat.turn_jobs import TurnJobs, follow_turn, request_stop
+from core import chat_store, memory_store, turn_store
 from core.preferences import memory_paused
 from core.services import Services
 
 router = APIRouter(prefix="/api")
 
 HEARTBEAT_SECONDS = 10
+DELETE_WAIT_SECONDS = 5  # deleting a chat waits this long at most for its reply to stop
 MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
                   "error", "sent_at")  # fmt: skip
 CHAT_FIELDS = ("chat_id", "title", "temporary", "created_at", "updated_at")
@@ -54,6 +64,11 @@ class NewMessageIn(MessageIn):
         return self
 
 
+class RetryIn(BaseModel):
+    # Unset: as the message was first sent.
+    use_web: bool | None = None
+
+
 class RenameIn(BaseModel):
     title: str = Field(min_length=1, max_length=200)
 
@@ -69,6 +84,10 @@ def services_of(request: Request) -> Services:
     return request.app.state.services
 
 
+def jobs_of(request: Request) -> TurnJobs:
+    return request.app.state.turn_jobs
+
+
 def public(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     return jsonable_encoder({name: row[name] for name in fields})
 
@@ -82,30 +101,44 @@ def event_json(event: dict[str, Any]) -> str:
         return json.dumps(jsonable_encoder(event))
 
 
-async def _stream(request: Request, chat_id: uuid.UUID | None, body: MessageIn) -> Response:
+async def _stream(
+    request: Request,
+    chat_id: uuid.UUID | None,
+    content: str,
+    use_web: bool,
+    temporary: bool = False,
+    retry: uuid.UUID | None = None,
+) -> Response:
     services = services_of(request)
-    if body.use_web and services.search_provider is None:
+    if use_web and services.search_provider is None:
         raise HTTPException(400, f"Web search is not available: {services.features['web_search']}.")
     try:
         turn = await start_turn(
             services,
             chat_id,
-            body.content,
-            body.use_web,
-            temporary=getattr(body, "temporary", False),
+            content,
+            use_web,
+            temporary=temporary,
             wake_memory=request.app.state.memory_worker.wake,
+            retry=retry,
         )
     except ChatNotFound as error:
         raise HTTPException(404, str(error)) from None
-    except ChatBusy as error:
+    except (ChatBusy, NotRetryable) as error:
         raise HTTPException(409, str(error)) from None
+    job = await jobs_of(request).start(turn)
+    return event_stream(job.follow(0))
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        async for event in stream_turn(turn):
-            yield ServerSentEvent(event=event["type"], data=event_json(event))
+
+def event_stream(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> EventSourceResponse:
+    """Numbered events as Server-Sent Events (the number as the id), with heartbeats."""
+
+    async def sse() -> AsyncIterator[ServerSentEvent]:
+        async for seq, event in events:
+            yield ServerSentEvent(event=event["type"], data=event_json(event), id=str(seq))
 
     return EventSourceResponse(
-        events(),
+        sse(),
         ping=HEARTBEAT_SECONDS,
         ping_message_factory=lambda: ServerSentEvent(
             event="heartbeat", data='{"type":"heartbeat"}'
@@ -133,12 +166,61 @@ async def client_config(request: Request) -> dict[str, Any]:
 @router.post("/messages")
 async def send_message(request: Request, body: NewMessageIn) -> Response:
     """Send a message; with no `chat_id` it starts a new chat (announced by a `chat` event)."""
-    return await _stream(request, body.chat_id, body)
+    return await _stream(request, body.chat_id, body.content, body.use_web, body.temporary)
 
 
 @router.post("/chats/{chat_id}/messages")
 async def send_message_to_chat(request: Request, chat_id: uuid.UUID, body: MessageIn) -> Response:
-    return await _stream(request, chat_id, body)
+    return await _stream(request, chat_id, body.content, body.use_web)
+
+
+@router.post("/chats/{chat_id}/messages/{message_id}/retry")
+async def retry_message(
+    request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: RetryIn | None = None
+) -> Response:
+    """Answer the chat's last message again, its failed or stopped reply replaced (the question is
+    not sent twice); `use_web` as first sent unless given. 409 for another message or a reply
+    that completed."""
+    use_web = body.use_web if body else None
+    if use_web is None:
+        use_web = await turn_store.used_web(services_of(request).database.pool, message_id)
+    return await _stream(request, chat_id, "", use_web, retry=message_id)
+
+
+@router.get("/chats/{chat_id}/stream")
+async def follow_reply(
+    request: Request,
+    chat_id: uuid.UUID,
+    after: Annotated[int | None, Query(ge=0, le=10_000_000)] = None,
+) -> Response:
+    """The reply being written in the chat (or the one just finished), from event `after` on
+    (default: the `Last-Event-ID` header, else the start), live until it ends."""
+    await _chat_or_404(request, chat_id)
+    if after is None:
+        after = _last_event_id(request)
+    events = await follow_turn(services_of(request), jobs_of(request), chat_id, after)
+    if events is None:
+        raise HTTPException(404, "No reply is being written in this chat.")
+    return event_stream(events)
+
+
+def _last_event_id(request: Request) -> int:
+    value = request.headers.get("last-event-id", "").strip()
+    if not value:
+        return 0
+    if not value.isdigit() or len(value) > 8:
+        raise HTTPException(422, "Last-Event-ID: expected an event number")
+    return int(value)
+
+
+@router.post("/chats/{chat_id}/stop")
+async def stop_reply(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
+    """Stop the reply being written in the chat, whichever server process writes it: it ends
+    with an `interrupted` event and is saved with what it had written."""
+    await _chat_or_404(request, chat_id)
+    if not await request_stop(services_of(request), jobs_of(request), chat_id):
+        raise HTTPException(409, "No reply is being written in this chat.")
+    return {"stopping": True}
 
 
 @router.get("/chats")
@@ -205,6 +287,11 @@ async def delete_chat(
 ) -> Response:
     """Delete a chat; `forget_memories=true` also deletes the memories that came from it."""
     pool = services_of(request).database.pool
+    # A reply being written stops first (saved, then deleted with the chat); its readers see it end.
+    await request_stop(services_of(request), jobs_of(request), chat_id)
+    job = jobs_of(request).running(chat_id)
+    if job is not None and job.task is not None:
+        await asyncio.wait({job.task}, timeout=DELETE_WAIT_SECONDS)
     if not await chat_store.delete_chat(pool, chat_id, forget_memories=forget_memories):
         raise HTTPException(404, f"No chat with id {chat_id}")
     return Response(status_code=204)

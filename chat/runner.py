@@ -25,6 +25,7 @@ from chat.graph import graph
 from chat.replies import save_reply
 from chat.state import TurnContext
 from chat.steps import short_id
+from chat.turn_recovery import recover_turn
 from core import chat_store
 from core.preferences import memory_paused
 from core.services import Services
@@ -33,8 +34,6 @@ log = logging.getLogger("resolveai.chat")
 
 MAX_MESSAGE_CHARS = 32_000  # longer messages are refused (422) rather than silently cut
 TITLE_CHARS = 60
-RUN_LEASE_SECONDS = 60  # a crashed process blocks its chat at most this long
-LEASE_RENEW_SECONDS = 20
 
 
 class ChatNotFound(LookupError):
@@ -43,6 +42,10 @@ class ChatNotFound(LookupError):
 
 class ChatBusy(RuntimeError):
     """Another reply is being written in this chat (by this or another server process)."""
+
+
+class NotRetryable(ValueError):
+    """A retry named a message that is not the chat's last, or whose reply completed."""
 
 
 @dataclass
@@ -72,9 +75,12 @@ async def start_turn(
     use_web: bool,
     temporary: bool = False,
     wake_memory: Callable[[], None] | None = None,
+    retry: uuid.UUID | None = None,
 ) -> Turn:
     """Create/claim the chat and save the user's message; raises ChatNotFound or ChatBusy.
-    `temporary` makes a new chat one that neither reads nor writes memory."""
+    `temporary` makes a new chat one that neither reads nor writes memory. `retry`: answer this
+    user message again instead (the chat's last one, whose reply failed or was stopped: that reply
+    is replaced; NotRetryable otherwise); `content` is then unused."""
     pool = services.database.pool
     run_id = uuid.uuid4()
     paused = await memory_paused(pool)
@@ -83,18 +89,33 @@ async def start_turn(
         new_chat = await chat_store.create_chat(pool, title_from(content), temporary=temporary)
         chat_id = new_chat["chat_id"]
         log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
-    claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, RUN_LEASE_SECONDS)
+    lease = services.settings.chat_lease_seconds  # renewed by chat/turn_jobs.py
+    claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, lease)
     if not claimed:
         # Claiming finds no row both when the chat is busy and when it does not exist.
         if new_chat is None and await chat_store.get_chat(pool, chat_id) is None:
             raise ChatNotFound(f"No chat with id {chat_id}")
         raise ChatBusy("A reply is still being written in this chat; wait for it or stop it.")
+    if claimed["previous_run_id"] is not None:  # the last reply's server died while writing it
+        await recover_turn(services, claimed["previous_run_id"])
     try:
-        message = await chat_store.add_message(pool, chat_id, "user", content)
+        if retry is None:
+            message = await chat_store.add_message(pool, chat_id, "user", content)
+        else:
+            message = await chat_store.reopen_last_question(pool, chat_id, retry)
+            if message is None:
+                raise NotRetryable(
+                    "Only the last message of a chat can be answered again, and only when its"
+                    " reply failed or was stopped."
+                )
+            content = message["content"]
     except BaseException:
         await chat_store.release_chat_run(pool, chat_id, run_id)
         raise
-    log.info("Chat %s: user message saved (%d chars)", short_id(chat_id), len(content))
+    if retry is None:
+        log.info("Chat %s: user message saved (%d chars)", short_id(chat_id), len(content))
+    else:
+        log.info("Chat %s: answering the last message again", short_id(chat_id))
     if claimed["temporary"] or paused:
         memory = "off"
     else:
@@ -118,7 +139,6 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
     pool = context.services.database.pool
     reply: list[str] = []
     saved = False
-    renewer = asyncio.create_task(_keep_claim(turn))
     try:
         if turn.new_chat is not None:
             yield {
@@ -127,6 +147,9 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
                 "title": turn.new_chat["title"],
                 "temporary": turn.new_chat["temporary"],
             }
+        # Which message this answers: a reader that did not send it (a reload, another tab) and a
+        # retry need it.
+        yield {"type": "turn", "user_message_id": str(context.user_message_id)}
         config = {"configurable": {"turn": context}, "recursion_limit": 40}
         state = {"user_text": turn.content, "use_web": turn.use_web}
         async for event in graph.astream(state, config, stream_mode="custom"):
@@ -148,23 +171,11 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
     finally:
         # Ended early (client gone, Stop): the graph's nodes must stop too, the model with them.
         context.stop_work()
-        renewer.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.shield(chat_store.release_chat_run(pool, context.chat_id, turn.run_id))
         # Only now, and as a task of its own: the fold (a model call) holds no lease, so the next
         # message in the chat never waits for it, and a client that left does not cancel it.
         summary.start_fold(context.services, context.chat_id, context.trace_id)
-
-
-async def _keep_claim(turn: Turn) -> None:
-    while True:
-        await asyncio.sleep(LEASE_RENEW_SECONDS)
-        await chat_store.claim_chat_run(
-            turn.context.services.database.pool,
-            turn.context.chat_id,
-            turn.run_id,
-            RUN_LEASE_SECONDS,
-        )
 
 
 async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -> None:

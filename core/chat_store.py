@@ -28,7 +28,7 @@ STATUSES = ("complete", "interrupted", "error", "streaming")
 
 _MESSAGE_COLUMNS = (
     "message_id, chat_id, role, content, status, sources, steps, tool_calls, error, sent_at,"
-    " memory_ids"
+    " memory_ids, reply_to"
 )
 
 
@@ -138,15 +138,18 @@ async def set_summary(
 async def claim_chat_run(
     db: Db, chat_id: uuid.UUID, run_id: uuid.UUID, lease_seconds: float
 ) -> dict[str, Any] | None:
-    """Claim the chat for one reply (or extend this run's claim): the chat's id and `temporary`
-    flag, or None if another run holds it (or there is no such chat)."""
+    """Claim the chat for one reply (or extend this run's claim): the chat's id, `temporary` flag
+    and `previous_run_id` (an expired claim taken over: its turn may need recovering), or None if
+    another run holds it (or there is no such chat)."""
     return await fetch_one(
         db,
-        "UPDATE chats SET run_id = %(run)s,"
+        "UPDATE chats AS c SET run_id = %(run)s,"
         " run_expires_at = now() + make_interval(secs => %(lease)s)"
-        " WHERE chat_id = %(chat)s"
-        " AND (run_id IS NULL OR run_id = %(run)s OR run_expires_at < now())"
-        " RETURNING chat_id, temporary",
+        " FROM (SELECT chat_id, run_id FROM chats WHERE chat_id = %(chat)s FOR UPDATE) AS old"
+        " WHERE c.chat_id = old.chat_id"
+        " AND (c.run_id IS NULL OR c.run_id = %(run)s OR c.run_expires_at < now())"
+        " RETURNING c.chat_id, c.temporary,"
+        " CASE WHEN old.run_id <> %(run)s THEN old.run_id END AS previous_run_id",
         {"chat": chat_id, "run": run_id, "lease": lease_seconds},
     )
 
@@ -176,9 +179,13 @@ async def add_message(
     tool_calls: list[Any] | None = None,
     error: str | None = None,
     memory_ids: list[uuid.UUID] | None = None,
+    reply_to: uuid.UUID | None = None,
 ) -> dict[str, Any]:
     """Append a message and mark the chat as just used; raises `ChatNotFound`. `memory_ids`: the
-    memories recalled or retrieved for an assistant reply."""
+    memories recalled or retrieved for an assistant reply.
+
+    `reply_to` (an assistant reply's user message) makes it the one reply to that message: a
+    reply saved before is replaced, unless it is complete, which then stays and is returned."""
     _check_choice(role, ROLES, "role")
     _check_choice(status, STATUSES, "status")
     try:
@@ -187,10 +194,15 @@ async def add_message(
             db,
             "WITH chat AS (UPDATE chats SET updated_at = now() WHERE chat_id = %(chat)s"
             " RETURNING chat_id)"
-            " INSERT INTO messages"
-            " (chat_id, role, content, status, sources, steps, tool_calls, error, memory_ids)"
+            " INSERT INTO messages (chat_id, role, content, status, sources, steps, tool_calls,"
+            " error, memory_ids, reply_to)"
             " SELECT chat_id, %(role)s, %(content)s, %(status)s, %(sources)s, %(steps)s,"
-            f" %(tool_calls)s, %(error)s, %(memory_ids)s FROM chat RETURNING {_MESSAGE_COLUMNS}",
+            " %(tool_calls)s, %(error)s, %(memory_ids)s, %(reply_to)s FROM chat"
+            " ON CONFLICT (reply_to) WHERE reply_to IS NOT NULL DO UPDATE SET"
+            " content = EXCLUDED.content, status = EXCLUDED.status, sources = EXCLUDED.sources,"
+            " steps = EXCLUDED.steps, tool_calls = EXCLUDED.tool_calls, error = EXCLUDED.error,"
+            " memory_ids = EXCLUDED.memory_ids WHERE messages.status <> 'complete'"
+            f" RETURNING {_MESSAGE_COLUMNS}",
             {
                 "chat": chat_id,
                 "role": role,
@@ -201,13 +213,45 @@ async def add_message(
                 "tool_calls": Jsonb(tool_calls or []),
                 "error": error,
                 "memory_ids": list(memory_ids or []),
+                "reply_to": reply_to,
             },
         )
-    except psycopg.errors.ForeignKeyViolation:  # the chat was deleted meanwhile
+    except psycopg.errors.ForeignKeyViolation:  # the chat (or the message) was deleted meanwhile
         raise ChatNotFound(f"No chat {chat_id}") from None
+    if message is None and reply_to is not None:  # a complete reply was there first
+        message = await fetch_one(
+            db,
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE reply_to = %s AND chat_id = %s",
+            (reply_to, chat_id),
+        )
     if message is None:
         raise ChatNotFound(f"No chat {chat_id}")
     return message
+
+
+async def reply_of(db: Db, user_message_id: uuid.UUID) -> dict[str, Any] | None:
+    """The reply saved for a user message, if any."""
+    return await fetch_one(
+        db, f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE reply_to = %s", (user_message_id,)
+    )
+
+
+async def reopen_last_question(
+    db: Db, chat_id: uuid.UUID, message_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """For a retry: the chat's last user message, if it is `message_id` and its reply (if any) did
+    not complete; that reply is deleted, as the retry's replaces it. None otherwise."""
+    return await fetch_one(
+        db,
+        "WITH question AS ("
+        f" SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %(chat)s AND role = 'user'"
+        " ORDER BY sent_at DESC, message_id DESC LIMIT 1),"
+        " failed AS (DELETE FROM messages WHERE reply_to = %(message)s AND status <> 'complete'"
+        "  AND EXISTS (SELECT 1 FROM question WHERE message_id = %(message)s))"
+        " SELECT * FROM question WHERE message_id = %(message)s AND NOT EXISTS ("
+        "  SELECT 1 FROM messages WHERE reply_to = %(message)s AND status = 'complete')",
+        {"chat": chat_id, "message": message_id},
+    )
 
 
 async def update_message(

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     db_pool_min_size: int = Field(1, ge=0)
     db_pool_max_size: int = Field(10, ge=1)
     db_connect_timeout: float = Field(10.0, gt=0)
+    # How long a request waits for a database connection once running: while Postgres is down,
+    # requests get a 503 this fast instead of after the connect timeout.
+    db_request_wait: float = Field(3.0, gt=0)
 
     # Embeddings
     embed_model_name: str = DEFAULT_EMBED_MODEL
@@ -63,6 +66,8 @@ class Settings(BaseSettings):
     local_model_warm_up: bool = True
     local_model_queue: int = Field(3, ge=0)
     model_call_deadline: float = Field(180.0, gt=0)
+    turn_deadline: float = Field(900.0, gt=0)
+    chat_lease_seconds: float = Field(60.0, ge=3)
 
     # Provider keys (optional: a missing key leaves that provider out)
     groq_api_key: SecretStr | None = None

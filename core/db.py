@@ -396,6 +396,7 @@ class Database:
             except BaseException:
                 await pool.close()
                 raise
+            pool.timeout = settings.db_request_wait  # from now on, what a request waits
         except psycopg_pool.PoolTimeout as error:
             await _release_embedded(embedded_pgdata)
             raise DatabaseUnavailable(

@@ -50,6 +50,6 @@ async def scratch_services(**overrides: object) -> AsyncIterator[Services]:
 async def forget_everything(pool: AsyncConnectionPool) -> None:
     """Empty the store between conversations: memories are global to an install."""
     async with pool.connection() as conn:
-        # memory_jobs too: it references messages (migration 0004), and TRUNCATE refuses to empty a
-        # table another one not in the list refers to.
-        await conn.execute("TRUNCATE memories, memory_jobs, messages, chats")
+        # memory_jobs, turns and turn_events too: they reference messages (migrations 0004, 0006),
+        # and TRUNCATE refuses to empty a table another one not in the list refers to.
+        await conn.execute("TRUNCATE memories, memory_jobs, turn_events, turns, messages, chats")

@@ -54,17 +54,27 @@ async def serve_app(app: FastAPI) -> AsyncIterator[str]:
 
 async def read_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """Each SSE event as its JSON data, with `type` set from the event name."""
-    name, data = None, []
+    async for _, event in read_numbered_events(response):
+        yield event
+
+
+async def read_numbered_events(
+    response: httpx.Response,
+) -> AsyncIterator[tuple[int | None, dict[str, Any]]]:
+    """Each SSE event as (its id as a number, None if it has none; its JSON data)."""
+    name, data, event_id = None, [], None
     async for line in response.aiter_lines():
         if line.startswith("event:"):
             name = line.removeprefix("event:").strip()
+        elif line.startswith("id:"):
+            event_id = int(line.removeprefix("id:").strip())
         elif line.startswith("data:"):
             data.append(line.removeprefix("data:").strip())
         elif line == "" and data:
             event = json.loads("\n".join(data))
             event.setdefault("type", name)
-            yield event
-            name, data = None, []
+            yield event_id, event
+            name, data, event_id = None, [], None
 
 
 async def send(

@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from chat import summary
+from chat import summary, turn_jobs
 from core.config import PROJECT_ROOT, Settings, load_settings
 from core.db import Database, _configure_connection, migrate
 from core.llm_router import provider_handler, register_provider
@@ -131,8 +131,9 @@ async def model(chat_services: Services) -> AsyncIterator[ScriptedProvider]:
     assert isinstance(provider, ScriptedProvider)
     provider.reset()
     yield provider
-    # A summary fold still running after the test (chat/summary.py) would take the next one's
-    # scripted turns.
+    # A reply (chat/turn_jobs.py: it outlives its stream) or a summary fold (chat/summary.py)
+    # still running after the test would take the next one's scripted turns.
+    await turn_jobs.settled()
     await summary.settled()
 
 

@@ -74,9 +74,10 @@ async def test_a_reply_cut_by_the_length_limit_is_continued_and_stitched(client,
     assert last[-2]["content"] == "The three steps are: first, second, and "
 
 
-async def test_a_client_leaving_stops_the_model_too(client, model) -> None:
-    """LangGraph leaves a node running when the run's consumer is cancelled: the turn cancels
-    it, so the model stops writing a reply nobody reads (the local model's CPU goes idle)."""
+async def test_stop_stops_the_model_too(client, model) -> None:
+    """LangGraph leaves a node running when the run's consumer is cancelled: a stopped turn
+    cancels it, so the model stops writing a reply nobody wants (the local model's CPU goes
+    idle). Leaving the stream stops nothing (chat/turn_jobs.py); Stop does."""
     loop = asyncio.get_running_loop()
     produced: list[float] = []
     generate = model.generate
@@ -90,12 +91,14 @@ async def test_a_client_leaving_stops_the_model_too(client, model) -> None:
     try:
         model.push({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
         async with client.stream("POST", "/api/messages", json={"content": "Write"}) as response:
-            tokens = 0
+            tokens, chat_id = 0, None
             async for event in read_events(response):
+                chat_id = event.get("chat_id", chat_id)
                 tokens += event["type"] == "token"
-                if tokens == 3:
-                    break  # leaving the block closes the connection
-        left = loop.time()
+                if tokens == 3 and event["type"] == "token":
+                    assert (await client.post(f"/api/chats/{chat_id}/stop")).status_code == 200
+                    left = loop.time()
+        assert event["type"] == "interrupted"
         await asyncio.sleep(1.5)
     finally:
         model.generate = generate  # type: ignore[method-assign]

@@ -3,6 +3,7 @@ two processes on one data folder, and one-line errors for bad configuration."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -37,13 +38,19 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
 class RunningServer:
     """`python server.py` in a subprocess, its output collected in a file."""
 
-    def __init__(self, data_dir: Path, log_path: Path, **extra: str) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        command: tuple[str, ...] = ("server.py",),
+        **extra: str,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "server.py"],
+            [sys.executable, *command],
             cwd=PROJECT_ROOT,
             env=server_env(data_dir, APP_PORT=str(self.port), **extra),
             stdout=self._log,
@@ -86,8 +93,10 @@ class RunningServer:
 def start_server(tmp_path: Path) -> Iterator:
     servers: list[RunningServer] = []
 
-    def start(data_dir: Path, **extra: str) -> RunningServer:
-        server = RunningServer(data_dir, tmp_path / f"server{len(servers)}.log", **extra)
+    def start(
+        data_dir: Path, command: tuple[str, ...] = ("server.py",), **extra: str
+    ) -> RunningServer:
+        server = RunningServer(data_dir, tmp_path / f"server{len(servers)}.log", command, **extra)
         servers.append(server)
         return server
 
@@ -194,3 +203,60 @@ def test_invalid_setting_is_one_clear_line(tmp_path: Path) -> None:
     assert code == 2
     assert "Invalid setting APP_PORT" in output
     assert "Traceback" not in output
+
+
+SCRIPTED_SERVER = ("-m", "tests.scripted_server")  # server.py with every model role scripted
+
+
+def read_sse(response: httpx.Response) -> Iterator[dict]:
+    data = []
+    for line in response.iter_lines():
+        if line.startswith("data:"):
+            data.append(line.removeprefix("data:").strip())
+        elif not line and data:
+            yield json.loads("\n".join(data))
+            data = []
+
+
+def test_a_server_killed_mid_reply_loses_nothing_and_frees_the_chat(
+    tmp_path: Path, start_server
+) -> None:
+    data = tmp_path / "data"
+    scripted = {"MODELS_CONFIG": str(PROJECT_ROOT / "tests" / "models.scripted.yaml"),
+                "CHAT_LEASE_SECONDS": "3", "SCRIPTED_WORDS": "400"}  # fmt: skip
+    first = start_server(data, SCRIPTED_SERVER, **scripted)
+    first.wait_healthy()
+    streamed, chat_id = [], None
+    body = {"content": "Write a lot"}
+    with httpx.stream("POST", f"{first.url}/api/messages", json=body, timeout=30) as response:
+        for event in read_sse(response):
+            chat_id = event.get("chat_id", chat_id)
+            if event["type"] == "token":
+                streamed.append(event["text"])
+            if len(streamed) == 20:
+                first.process.kill()  # SIGKILL mid-reply: no shutdown code runs
+                break
+    first.process.wait()
+    killed_at = time.monotonic()
+
+    second = start_server(data, SCRIPTED_SERVER, **scripted)
+    second.wait_healthy()
+    # The chat takes a new message once the dead server's lease (3 s) is over; the reply it was
+    # writing is there first, as far as it had reached the event log.
+    time.sleep(max(0.0, 3.5 - (time.monotonic() - killed_at)))
+    with httpx.stream(
+        "POST", f"{second.url}/api/chats/{chat_id}/messages", json={"content": "Go on"}, timeout=60
+    ) as response:
+        assert response.status_code == 200, response.read()
+        last = list(read_sse(response))[-1]
+    assert last["type"] == "done"
+    saved = httpx.get(f"{second.url}/api/chats/{chat_id}/messages", timeout=10).json()
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"), ("assistant", "interrupted"), ("user", "complete"),
+        ("assistant", "complete"),
+    ]  # fmt: skip
+    recovered = saved[1]["content"].split()
+    full = [f"word{i}" for i in range(400)]
+    assert recovered == full[: len(recovered)]
+    # Lost at most what was not yet flushed (FLUSH_SECONDS of tokens) when the server died.
+    assert len(recovered) >= len("".join(streamed).split()) - 3, (recovered, streamed)

@@ -390,6 +390,25 @@ async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> Non
     await expect(reply.locator(".step-tool")).to_have_count(2)
 
 
+async def test_a_reload_mid_reply_shows_it_and_follows_it_to_the_end(ui: UI, model) -> None:
+    words = " ".join(f"word{i}" for i in range(80))
+    model.push({"text": words, "delay": 0.04})
+    await ui.open()
+    page = ui.page
+    await ui.send("Write a long text")
+    await expect(ui.assistant().locator(".markdown")).to_contain_text("word5")
+    await page.reload()  # the reply goes on at the server; the reloaded page follows it
+    reply = ui.assistant()
+    await expect(reply.locator(".markdown")).to_contain_text("word79", timeout=20_000)
+    await expect(reply).to_have_attribute("data-status", "complete")
+    saved = await saved_messages(ui.url, chat_id_of(page))
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"),
+        ("assistant", "complete"),
+    ]
+    assert (await reply.locator(".markdown").inner_text()).strip() == saved[1]["content"] == words
+
+
 async def test_stop_keeps_the_partial_reply_marked_interrupted(ui: UI, model) -> None:
     words = " ".join(f"word{i}" for i in range(300))
     model.push({"text": words, "delay": 0.04})
@@ -444,16 +463,36 @@ async def test_a_failed_reply_shows_the_error_and_retry_works(ui: UI, model) -> 
 
     model.push({"text": "Yes, I am here now."})
     await error.get_by_role("button", name="Retry").click()
-    await expect(page.locator(".msg-assistant")).to_have_count(2)
+    # The question is answered again, not sent again: the new reply takes the failed one's place.
     await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    await expect(page.locator(".msg-assistant")).to_have_count(1)
+    await expect(page.locator(".msg-user")).to_have_count(1)
     await expect(ui.assistant().locator(".markdown")).to_have_text("Yes, I am here now.")
-    await expect(page.locator(".retry-button")).to_have_count(0)  # only the latest offers it
-    assert [m["messages"][-1]["content"] for m in model.calls] == ["Are you there?"] * 2
-
-    await page.reload()  # the failed exchange stays in the chat, as saved
-    await expect(page.locator(".msg-assistant")).to_have_count(2)
-    await expect(ui.assistant(0).locator(".error-box")).to_contain_text("service unavailable")
     await expect(page.locator(".retry-button")).to_have_count(0)
+    asked = [[m["content"] for m in c["messages"] if m["role"] == "user"] for c in model.calls]
+    assert [questions[-1] for questions in asked] == ["Are you there?"] * 2
+    assert all(len(questions) == 1 for questions in asked), asked  # never twice in the prompt
+
+    await page.reload()  # as saved: one question, one reply
+    await expect(page.locator(".msg-assistant")).to_have_count(1)
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Yes, I am here now.")
+    await expect(page.locator(".error-box")).to_have_count(0)
+    saved = await saved_messages(ui.url, chat_id_of(page))
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"),
+        ("assistant", "complete"),
+    ]
+
+    # A reply that failed and was saved so, retried after a reload, the same way.
+    model.push({"error": "service unavailable"})
+    await ui.send("And now?")
+    await expect(ui.assistant(1).locator(".error-box")).to_contain_text("service unavailable")
+    await page.reload()
+    model.push({"text": "Still here."})
+    await ui.assistant(1).get_by_role("button", name="Retry").click()
+    await expect(ui.assistant(1).locator(".markdown")).to_have_text("Still here.")
+    await expect(page.locator(".msg-user")).to_have_count(2)
+    await expect(page.locator(".msg-assistant")).to_have_count(2)
 
 
 async def test_a_message_sent_while_the_summary_is_written_does_not_wait(

@@ -274,3 +274,38 @@ async def test_a_chat_model_without_tools_searches_the_users_words_directly(
 
 def types_of(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] for e in events]
+
+
+async def test_a_preamble_and_two_searches_at_once_stream_exactly_what_is_saved(
+    client, model
+) -> None:
+    both = {
+        "text": "Let me look that up.",
+        "tool_calls": [
+            {"name": "web_search", "arguments": {"query": "Warsaw population"}},
+            {"name": "web_search", "arguments": {"query": "Warsaw inhabitants"}},
+        ],
+    }
+    model.push(
+        both, verdict(True, "Stated."), {"text": "Warsaw has about 1.7 million inhabitants [1]."}
+    )
+    events = await send(client, "How many people live in Warsaw?")
+    assert events[-1]["type"] == "done"
+    streamed = answer_text(events)
+    assert streamed == "Let me look that up.\n\nWarsaw has about 1.7 million inhabitants [1]."
+    searched = [s for s in steps(events) if s.startswith("Searching the web for")]
+    assert searched == ["Searching the web for “Warsaw population”"]  # one at a time: the first
+    saved = (await client.get(f"/api/chats/{events[0]['chat_id']}/messages")).json()[1]
+    assert saved["content"] == streamed
+
+
+async def test_a_forced_search_the_model_ignored_saves_what_streamed(client, model) -> None:
+    model.push(
+        {"text": "I know this without searching."},
+        verdict(True, "ok"),
+        {"text": "Packet switching groups data into packets [1]."},
+    )
+    events = await send(client, "What is packet switching?", use_web=True)
+    saved = (await client.get(f"/api/chats/{events[0]['chat_id']}/messages")).json()[1]
+    assert saved["content"] == answer_text(events)
+    assert saved["content"].endswith("Packet switching groups data into packets [1].")

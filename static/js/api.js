@@ -51,6 +51,8 @@ export const api = {
   /** `forgetMemories`: also delete the memories saved from this chat (else they stay). */
   remove: (chatId, { forgetMemories = false } = {}) =>
     request("DELETE", forgetMemories ? `${chatPath(chatId)}?forget_memories=true` : chatPath(chatId)),
+  /** Stop the reply being written in the chat, whichever server writes it (409: none is). */
+  stop: (chatId) => request("POST", `${chatPath(chatId)}/stop`),
 
   /** {memories, total, forget_token}, newest first; `q` matches content and quote. */
   memories: ({ q = "", limit = 50, offset = 0, includeSuperseded = false } = {}) =>
@@ -69,22 +71,42 @@ export const api = {
 
 /**
  * Send a message and return the streaming Response (text/event-stream). No `chatId` starts a new
- * chat; `temporary` makes that chat one that neither reads nor writes memory. Aborting `signal`
- * is how Stop works: the server notices the closed connection and saves the partial reply as
- * interrupted.
+ * chat; `temporary` makes that chat one that neither reads nor writes memory. The reply is written
+ * to its end whether or not this stream is read (Stop is `api.stop`); aborting `signal` only stops
+ * reading.
  */
 export async function postMessage(chatId, content, useWeb, signal, { temporary = false } = {}) {
   const path = chatId ? `${chatPath(chatId)}/messages` : "/api/messages";
   const body = { content, use_web: useWeb };
   if (!chatId && temporary) body.temporary = true; // only a new chat can be temporary
+  return openEvents(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+    body: JSON.stringify(body),
+    signal,
+  });
+}
+
+/** Answer the chat's last message again (its reply failed or was stopped); `useWeb` null: as
+ *  first sent. The same stream as `postMessage`. */
+export function retryMessage(chatId, messageId, useWeb, signal) {
+  return openEvents(`${chatPath(chatId)}/messages/${encodeURIComponent(messageId)}/retry`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+    body: JSON.stringify(useWeb === null ? {} : { use_web: useWeb }),
+    signal,
+  });
+}
+
+/** Follow the reply being written in a chat from after event number `after` (404: none is). */
+export function followReply(chatId, after, signal) {
+  return openEvents(`${chatPath(chatId)}/stream?after=${after}`, { headers: { Accept: "text/event-stream" }, signal });
+}
+
+async function openEvents(path, init) {
   let response;
   try {
-    response = await fetch(path, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
-      body: JSON.stringify(body),
-      signal,
-    });
+    response = await fetch(path, init);
   } catch (error) {
     if (error.name === "AbortError") throw error;
     throw new ApiError("Cannot reach the server. Check that it is running.");

@@ -3,10 +3,12 @@
 //
 // A reply being streamed is a Turn. Turns outlive the view: switching to another chat while a
 // reply streams lets it finish in the background, and coming back shows it still streaming.
-// The server saves the user's message before it starts the stream and the reply when it ends,
-// so a reload shows the same conversation.
+// The server saves the user's message before it starts the stream and writes the reply to its end
+// whoever listens: a dropped connection is followed again from the last event seen, and opening a
+// chat whose reply is still being written (a reload, another tab) shows it and follows it. Stop
+// asks the server to stop, so it works from any tab.
 
-import { api, postMessage } from "./api.js";
+import { api, followReply, postMessage, retryMessage } from "./api.js";
 import { showSummary } from "./dialogs.js";
 import { announce, el, toast } from "./dom.js";
 import { AssistantMessage, highlightMessage, replyDuration, userMessage } from "./messages.js";
@@ -19,6 +21,8 @@ const SKELETON_DELAY_MS = 150; // fast loads never flash a skeleton
 const BUSY_RETRY_WINDOW_MS = 10_000;
 const BUSY_RETRY_DELAY_MS = 250;
 const BUSY_RETRIES = 12;
+const RESUME_RETRIES = 5; // a dropped stream is followed again this often (the reply goes on)
+const RESUME_DELAY_MS = 500;
 
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
@@ -39,6 +43,7 @@ class Turn {
     this.view = view;
     this.controller = new AbortController();
     this.phase = "streaming"; // then "saved" (after `done`, until the stream ends) and "closed"
+    this.lastSeq = 0; // the number of the last event read, to follow the reply again after it
     this.started = performance.now();
     this.closed = new Promise((resolve) => { this.markClosed = resolve; });
   }
@@ -206,6 +211,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     const turn = turns.get(chatId);
     if (turn && !messages.some((m) => m.message_id === turn.messageId)) {
       messagesBox.append(turn.view.root); // its user message is saved already; the reply is live
+    } else if (!turn && messages.at(-1)?.role === "user") {
+      attach(chatId); // a reply is being written (sent before a reload, or from another tab)
     }
     setTitle(sidebar.titleOf(chatId) || shown.title);
     scroll.toBottom();
@@ -233,8 +240,10 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
       }
       const asked = messages[index - 1]?.role === "user" ? messages[index - 1] : null;
       const isLast = index === messages.length - 1;
-      const onRetry = isLast && asked ? () => send(asked.content, false) : null;
-      nodes.push(AssistantMessage.fromSaved(message, { totalMs: replyDuration(asked, message), onRetry }).root);
+      let saved = null;
+      const onRetry = isLast && asked ? () => retry(asked.message_id, null, saved.root) : null;
+      saved = AssistantMessage.fromSaved(message, { totalMs: replyDuration(asked, message), onRetry });
+      nodes.push(saved.root);
     });
     messagesBox.replaceChildren(...(nodes.length ? nodes : [emptyState()]));
   }
@@ -261,10 +270,60 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     await run(turn);
   }
 
-  async function run(turn) {
+  /** Answer the chat's last message again, in place of its failed or stopped reply (the element
+   *  `failedRoot`): the question is not sent twice. `useWeb` null: as first sent. */
+  async function retry(messageId, useWeb, failedRoot) {
+    const chatId = shown.chatId;
+    if (!chatId || liveTurn()) return;
+    const view = new AssistantMessage({ onChange: () => scroll.follow() });
+    const turn = new Turn(chatId, null, useWeb, view);
+    turn.viewId = shown.viewId;
+    turn.userMessageId = messageId;
+    if (failedRoot?.isConnected) failedRoot.replaceWith(view.root);
+    else messagesBox.append(view.root);
+    turns.set(chatId, turn);
+    scroll.toBottom();
+    syncComposer();
+    await run(turn, () => retryMessage(chatId, messageId, useWeb, turn.controller.signal));
+  }
+
+  /** Show the reply being written in a chat this tab did not send it in, and follow it. */
+  function attach(chatId) {
+    const view = new AssistantMessage({ onChange: () => scroll.follow() });
+    const turn = new Turn(chatId, null, false, view);
+    turn.attached = true;
+    turn.viewId = shown.viewId;
+    turns.set(chatId, turn);
+    messagesBox.append(view.root);
+    syncComposer();
+    run(turn, () => followReply(chatId, 0, turn.controller.signal)).then(() => {
+      if (turn.nothingToFollow) view.root.remove();
+    });
+  }
+
+  async function run(turn, open = () => openStream(turn)) {
     try {
-      const response = await openStream(turn);
-      for await (const event of readEvents(response)) handle(turn, event);
+      let response;
+      try {
+        response = await open();
+      } catch (error) {
+        if (turn.attached && error.status === 404) {
+          turn.nothingToFollow = true; // it ended meanwhile: the saved messages say it all
+          return;
+        }
+        throw error;
+      }
+      await read(turn, response);
+      // The connection dropped, not the reply: the server goes on writing it. Follow it again
+      // from the last event read.
+      for (let attempt = 1; attempt <= RESUME_RETRIES && turn.phase === "streaming" && !turn.failed && turn.chatId; attempt += 1) {
+        await sleep(RESUME_DELAY_MS * attempt, turn.controller.signal);
+        try {
+          await read(turn, await followReply(turn.chatId, turn.lastSeq, turn.controller.signal));
+        } catch (error) {
+          if (error.name === "AbortError" || error.status === 404) throw error;
+        }
+      }
       if (turn.phase === "streaming" && !turn.failed) {
         turn.view.fail("The connection closed before the reply was finished.", retryOf(turn), elapsed(turn));
       }
@@ -286,6 +345,13 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     }
   }
 
+  async function read(turn, response) {
+    for await (const event of readEvents(response)) {
+      if (event._seq) turn.lastSeq = event._seq;
+      handle(turn, event);
+    }
+  }
+
   /** POST the message. Right after a Stop the server may still be saving the stopped reply and
    *  answer 409 (one reply at a time per chat): that clears within moments, so try again. */
   async function openStream(turn) {
@@ -303,7 +369,10 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   function handle(turn, event) {
     switch (event.type) {
       case "chat":
-        adoptNewChat(turn, event);
+        if (!turn.attached) adoptNewChat(turn, event);
+        break;
+      case "turn":
+        turn.userMessageId = event.user_message_id;
         break;
       case "step":
         turn.view.steps.add(event);
@@ -333,6 +402,12 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         announce("Reply finished");
         if (turn.key === shown.key) syncComposer();
         break;
+      case "interrupted":
+        turn.phase = "saved";
+        turn.view.complete("interrupted", elapsed(turn));
+        announce("Reply stopped");
+        if (turn.key === shown.key) syncComposer();
+        break;
       case "error":
         turn.failed = true;
         turn.view.fail(event.message, retryOf(turn), elapsed(turn));
@@ -348,6 +423,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     turns.delete(DRAFT);
     turn.chatId = event.chat_id;
     turns.set(turn.chatId, turn);
+    if (turn.stopWanted) requestStop(turn); // Stop was pressed before the chat existed
     const temporary = typeof event.temporary === "boolean" ? event.temporary : turn.temporary;
     sidebar.upsert({ chat_id: event.chat_id, title: event.title, temporary, updated_at: new Date().toISOString() });
     if (shown.key === DRAFT && shown.viewId === turn.viewId) {
@@ -359,10 +435,20 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     }
   }
 
+  /** Ask the server to stop the reply (any tab, any server); the stream then ends with
+   *  `interrupted`. If the server cannot be reached, stop reading at least. */
+  function requestStop(turn) {
+    api.stop(turn.chatId).catch((error) => {
+      if (error.status !== 409) turn.controller.abort(); // 409: it had ended already
+    });
+  }
+
+  /** Retry a failed reply: its question is answered again (not sent again), web as before. */
   function retryOf(turn) {
     return () => {
-      if (turn.chatId && shown.chatId !== turn.chatId) return;
-      send(turn.content, turn.useWeb);
+      if (!turn.chatId || shown.chatId !== turn.chatId) return;
+      if (turn.userMessageId) retry(turn.userMessageId, turn.attached ? null : turn.useWeb, turn.view.root);
+      else if (turn.content) send(turn.content, turn.useWeb); // it failed before the question was saved
     };
   }
 
@@ -379,7 +465,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
       const turn = liveTurn();
       if (!turn) return;
       stoppedAt.set(turn.key, performance.now());
-      turn.controller.abort();
+      if (turn.chatId) requestStop(turn);
+      else turn.stopWanted = true;
     },
     isStreaming: () => Boolean(liveTurn()),
     refreshTitle() {

@@ -1,0 +1,286 @@
+"""Turns as jobs: a reply is written to its end whether or not anyone is listening.
+
+The POST that sends a message starts a `TurnJob` and streams it as its first reader; closing that
+stream (a reload, a closed tab, a sleeping phone) stops nothing. Every event the job emits gets a
+sequence number and goes to this process's readers at once and to Postgres (`core.turn_store`)
+every FLUSH_SECONDS, in one insert, so a reader on any server process can replay a reply from any
+point and follow it live (`follow_turn`). Stop is a flag on the turn: `request_stop` sets it from
+any process, and the process running the job sees it within WATCH_SECONDS (at once when it is this
+one). A turn whose process died is finished by chat/turn_recovery.py.
+
+`TurnJobs` is only this process's view of the jobs it runs; everything another process needs is
+in Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+
+from chat.runner import Turn, readable_error, stream_turn
+from chat.steps import short_id
+from chat.turn_recovery import STOPPED, recover_turn
+from core import chat_store, turn_store
+from core.services import Services
+from core.turn_store import FINAL_EVENTS
+
+log = logging.getLogger("resolveai.chat")
+
+FLUSH_SECONDS = 0.1  # tokens reach other processes' readers this often, in one insert
+WATCH_SECONDS = 0.5  # how often a running job checks whether another process asked it to stop
+LEASE_RENEWALS = 3  # it renews its claim on the chat this often per lease (CHAT_LEASE_SECONDS)
+FOLLOW_SECONDS = 0.25  # how often a reader following another process's job looks for new events
+FLUSH_ATTEMPTS = 5  # the last write of a job's events, tried this often (a database blip)
+# A turn whose chat claim is gone but which is not marked finished: its process is finishing it
+# (its last events and the mark follow within moments) or died. A reader waits this long first.
+ABANDONED_SECONDS = 3.0
+
+
+class TurnJob:
+    """One reply being written in this process, with the events emitted so far."""
+
+    def __init__(self, turn: Turn, jobs: TurnJobs) -> None:
+        self.turn = turn
+        self.run_id = turn.run_id
+        self.chat_id = turn.context.chat_id
+        self.events: list[dict[str, Any]] = []
+        self.finished = False
+        self._jobs = jobs
+        self._pool = turn.context.services.database.pool
+        self._unsaved: list[tuple[int, dict[str, Any]]] = []
+        self._wake = asyncio.Event()
+        self._ended = asyncio.Event()  # the reply is over: the flusher and watcher stop
+        self.task: asyncio.Task[None] | None = None
+        self.failure: str | None = None  # why the turn was ended, when not by a Stop
+
+    def publish(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        self._unsaved.append((len(self.events), event))
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    async def follow(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """The events after number `after`, then each new one, until the job ends."""
+        seq = max(after, 0)
+        while True:
+            while seq < len(self.events):
+                seq += 1
+                yield seq, self.events[seq - 1]
+            if self.finished:
+                return
+            await self._wake.wait()
+
+    def stop(self, failure: str | None = None) -> None:
+        """End the turn: stopped by the user, or (`failure`) for that reason, as an error."""
+        if self.task is not None and not self.task.done() and not self._ended.is_set():
+            self.failure = self.failure or failure
+            self._ended.set()  # once: a second cancel would cut the reply's saving short
+            self.task.cancel()
+
+    async def run(self) -> None:
+        flusher = asyncio.create_task(self._flush_every(FLUSH_SECONDS))
+        watcher = asyncio.create_task(self._watch())
+        ended = self._ended
+        try:
+            async for event in stream_turn(self.turn):
+                self.publish(event)
+        except asyncio.CancelledError:
+            # Stopped (here or from another process), ended, or the server is shutting down:
+            # stream_turn saved the reply so far as interrupted before this was reached.
+            if self.failure is None:
+                self.publish(STOPPED)
+            else:
+                log.warning("Chat %s: reply ended: %s", short_id(self.chat_id), self.failure)
+                message = f"The reply was ended ({self.failure}). What it wrote so far is saved."
+                self.publish({"type": "error", "message": message})
+        except chat_store.ChatNotFound:
+            self.publish({"type": "error", "message": "This chat was deleted."})
+        except Exception as error:  # stream_turn reports the graph's own failures as events
+            log.exception("Chat %s: the reply could not be saved", short_id(self.chat_id))
+            self.publish({"type": "error", "message": readable_error(error)})
+        finally:
+            # Not cancelled: a statement cut off mid-flight could leave its connection unusable.
+            # They end at their next tick, after the statement in hand.
+            ended.set()
+            await asyncio.shield(asyncio.gather(flusher, watcher, return_exceptions=True))
+            await asyncio.shield(self._finish())
+
+    async def _finish(self) -> None:
+        for attempt in range(FLUSH_ATTEMPTS):
+            try:
+                await turn_store.finish_turn(self._pool, self.run_id, self._unsaved)
+                self._unsaved = []
+                break
+            except psycopg.errors.ForeignKeyViolation:
+                break  # the turn is gone with its chat
+            except Exception as error:  # the database is down: the reply itself is saved or not
+                log.warning("Chat %s: saving the reply's events failed (%s)",
+                            short_id(self.chat_id), error)  # fmt: skip
+                await asyncio.sleep(0.2 * (attempt + 1))
+        self.finished = True
+        self._wake.set()
+        self._jobs.forget(self)
+
+    async def _flush(self) -> None:
+        if not self._unsaved:
+            return
+        batch = self._unsaved
+        self._unsaved = []
+        try:
+            await turn_store.append_events(self._pool, self.run_id, batch)
+        except psycopg.errors.ForeignKeyViolation:
+            return  # the turn is gone with its chat: nobody can read these any more
+        except BaseException:
+            self._unsaved = batch + self._unsaved  # written next time (duplicates are ignored)
+            raise
+
+    async def _tick(self, seconds: float) -> bool:
+        """Wait `seconds`; False once the turn has ended (at once, then)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ended.wait(), seconds)
+        return not self._ended.is_set()
+
+    async def _flush_every(self, seconds: float) -> None:
+        while await self._tick(seconds):
+            with contextlib.suppress(Exception):  # retried on the next tick
+                await self._flush()
+
+    async def _watch(self) -> None:
+        """Every WATCH_SECONDS: a Stop request (from any process)? Past the turn's deadline? And
+        LEASE_RENEWALS times a lease, the chat's claim renewed; a claim lost (another process took
+        the chat over) or not renewable for a whole lease ends the turn with an error."""
+        settings = self.turn.context.services.settings
+        lease = settings.chat_lease_seconds
+        started = renewed = time.monotonic()
+        while await self._tick(WATCH_SECONDS):
+            now = time.monotonic()
+            with contextlib.suppress(Exception):
+                if await turn_store.stop_requested(self._pool, self.run_id):
+                    log.info("Chat %s: stop requested", short_id(self.chat_id))
+                    return self.stop()
+            if now - started > settings.turn_deadline:
+                return self.stop(f"took longer than {settings.turn_deadline:g} s")
+            if now - renewed < lease / LEASE_RENEWALS:
+                continue
+            try:
+                claimed = await chat_store.claim_chat_run(
+                    self._pool, self.chat_id, self.run_id, lease
+                )
+            except Exception as error:
+                if now - renewed > lease:
+                    return self.stop(f"the database did not answer ({error})")
+                continue
+            if claimed is None:
+                return self.stop("another server took this chat over")
+            renewed = now
+
+
+class TurnJobs:
+    """The turns this process is running, by chat."""
+
+    def __init__(self) -> None:
+        self._by_chat: dict[uuid.UUID, TurnJob] = {}
+        _registries.add(self)
+
+    async def start(self, turn: Turn) -> TurnJob:
+        """Record the turn in Postgres and start it; it runs until it ends, listened to or not."""
+        context = turn.context
+        pool = context.services.database.pool
+        try:
+            await turn_store.create_turn(
+                pool, turn.run_id, context.chat_id, context.user_message_id, turn.use_web
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):  # else the chat waits for its lease to run out
+                await chat_store.release_chat_run(pool, context.chat_id, turn.run_id)
+            raise
+        job = TurnJob(turn, self)
+        self._by_chat[job.chat_id] = job
+        job.task = asyncio.create_task(job.run(), name=f"turn {short_id(job.chat_id)}")
+        return job
+
+    def running(self, chat_id: uuid.UUID) -> TurnJob | None:
+        return self._by_chat.get(chat_id)
+
+    def forget(self, job: TurnJob) -> None:
+        if self._by_chat.get(job.chat_id) is job:
+            del self._by_chat[job.chat_id]
+
+    async def close(self) -> None:
+        """Shutting down: every running reply is saved as interrupted."""
+        jobs = list(self._by_chat.values())
+        for job in jobs:
+            job.stop()
+        await asyncio.gather(*(job.task for job in jobs if job.task), return_exceptions=True)
+
+
+# Every TurnJobs of this process, for `settled` (tests: one app per test server, several servers).
+_registries: weakref.WeakSet[TurnJobs] = weakref.WeakSet()
+
+
+async def settled() -> None:
+    """Wait for every reply this process is writing to end (tests, before the next one's turns)."""
+    tasks = [job.task for jobs in list(_registries) for job in jobs._by_chat.values() if job.task]
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def request_stop(services: Services, jobs: TurnJobs, chat_id: uuid.UUID) -> bool:
+    """Stop the chat's reply, whichever process writes it; False if none is being written."""
+    run_id = await turn_store.request_stop(services.database.pool, chat_id)
+    job = jobs.running(chat_id)
+    if job is not None and (run_id is None or job.run_id == run_id):
+        job.stop()  # here: no need to wait for the watcher
+        return True
+    return run_id is not None
+
+
+async def follow_turn(
+    services: Services, jobs: TurnJobs, chat_id: uuid.UUID, after: int = 0
+) -> AsyncIterator[tuple[int, dict[str, Any]]] | None:
+    """The chat's latest reply as numbered events from after `after`, live while it is written;
+    None if the chat has no reply being written (nor one just finished, events kept)."""
+    job = jobs.running(chat_id)
+    if job is not None:
+        return job.follow(after)
+    pool = services.database.pool
+    turn = await turn_store.latest_turn(pool, chat_id)
+    if turn is None:
+        return None
+    return _follow_from_database(services, turn, after)
+
+
+async def _follow_from_database(
+    services: Services, turn: dict[str, Any], after: int
+) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    pool = services.database.pool
+    run_id, seen = turn["run_id"], after
+    abandoned_since: float | None = None
+    while True:
+        for seq, event in await turn_store.events_after(pool, run_id, seen):
+            seen = seq
+            yield seq, event
+            if event.get("type") in FINAL_EVENTS:
+                return
+        latest = await turn_store.latest_turn(pool, turn["chat_id"])
+        if latest is None or latest["run_id"] != run_id or latest["finished_at"] is not None:
+            # Finished (or replaced) between the two reads: what it wrote last is stored now.
+            for seq, event in await turn_store.events_after(pool, run_id, seen):
+                yield seq, event
+            return
+        if latest["live"]:
+            abandoned_since = None
+        elif abandoned_since is None:
+            abandoned_since = time.monotonic()
+        elif time.monotonic() - abandoned_since > ABANDONED_SECONDS:  # its process died
+            await recover_turn(services, run_id)
+            yield seen + 1, STOPPED
+            return
+        await asyncio.sleep(FOLLOW_SECONDS)

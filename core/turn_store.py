@@ -1,0 +1,135 @@
+"""Turns and their event logs in Postgres (migration 0006): how a reply outlives its connection.
+
+A turn is one user message being answered. While it runs, its events are appended here in order,
+numbered from 1, so any server process can replay them and follow the rest; a Stop request is a
+flag on the turn, seen by whichever process runs it. One statement a call (core/statements.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from core.statements import Db, execute, fetch_all, fetch_one
+
+# Events that end a turn's stream: the reply saved (done), failed (error), or stopped.
+FINAL_EVENTS = ("done", "error", "interrupted")
+
+
+async def create_turn(
+    db: Db,
+    run_id: uuid.UUID,
+    chat_id: uuid.UUID,
+    user_message_id: uuid.UUID,
+    use_web: bool = False,
+) -> None:
+    await execute(
+        db,
+        "INSERT INTO turns (run_id, chat_id, user_message_id, use_web) VALUES (%s, %s, %s, %s)",
+        (run_id, chat_id, user_message_id, use_web),
+    )
+
+
+async def used_web(db: Db, user_message_id: uuid.UUID) -> bool:
+    """Whether the latest answer to this message was asked to use the web."""
+    row = await fetch_one(
+        db,
+        "SELECT use_web FROM turns WHERE user_message_id = %s ORDER BY started_at DESC LIMIT 1",
+        (user_message_id,),
+    )
+    return bool(row and row["use_web"])
+
+
+async def append_events(db: Db, run_id: uuid.UUID, events: Sequence[tuple[int, dict]]) -> None:
+    """Store `(seq, event)` pairs; a pair stored already (a retried write) is left as it was."""
+    if not events:
+        return
+    await execute(
+        db,
+        "INSERT INTO turn_events (run_id, seq, event)"
+        " SELECT %s, seq, event FROM unnest(%s::int[], %s::jsonb[]) AS e(seq, event)"
+        " ON CONFLICT DO NOTHING",
+        (run_id, [seq for seq, _ in events], [Jsonb(event) for _, event in events]),
+    )
+
+
+async def events_after(db: Db, run_id: uuid.UUID, after: int) -> list[tuple[int, dict]]:
+    rows = await fetch_all(
+        db,
+        "SELECT seq, event FROM turn_events WHERE run_id = %s AND seq > %s ORDER BY seq",
+        (run_id, after),
+    )
+    return [(row["seq"], row["event"]) for row in rows]
+
+
+async def latest_turn(db: Db, chat_id: uuid.UUID) -> dict[str, Any] | None:
+    """The chat's latest turn, with `live`: whether its run still holds the chat (a process that
+    died leaves `live` false and `finished_at` empty: see `claim_stale_turn`)."""
+    return await fetch_one(
+        db,
+        "SELECT t.*, (c.run_id = t.run_id AND c.run_expires_at > now()) IS TRUE AS live"
+        " FROM turns AS t JOIN chats AS c USING (chat_id)"
+        " WHERE t.chat_id = %s ORDER BY t.started_at DESC LIMIT 1",
+        (chat_id,),
+    )
+
+
+async def request_stop(db: Db, chat_id: uuid.UUID) -> uuid.UUID | None:
+    """Ask the chat's running turn to stop; its run id, or None if no reply is being written."""
+    row = await fetch_one(
+        db,
+        "UPDATE turns AS t SET stop_requested = true FROM chats AS c"
+        " WHERE c.chat_id = %s AND t.run_id = c.run_id AND c.run_expires_at > now()"
+        " AND t.finished_at IS NULL RETURNING t.run_id",
+        (chat_id,),
+    )
+    return row["run_id"] if row else None
+
+
+async def stop_requested(db: Db, run_id: uuid.UUID) -> bool:
+    """Whether the turn was asked to stop, or is gone (its chat was deleted)."""
+    row = await fetch_one(db, "SELECT stop_requested FROM turns WHERE run_id = %s", (run_id,))
+    return row is None or bool(row["stop_requested"])
+
+
+async def finish_turn(
+    db: Db, run_id: uuid.UUID, last_events: Sequence[tuple[int, dict]] = ()
+) -> None:
+    """Store the turn's `last_events`, mark it finished and drop the chat's earlier turns with
+    their events (each chat keeps its latest turn's, for a reader that arrives just as it ends).
+    One statement: a turn's end costs one round trip."""
+    await execute(
+        db,
+        "WITH stored AS (INSERT INTO turn_events (run_id, seq, event)"
+        " SELECT %(run)s, seq, event FROM unnest(%(seqs)s::int[], %(events)s::jsonb[])"
+        " AS e(seq, event) ON CONFLICT DO NOTHING),"
+        " finished AS (UPDATE turns SET finished_at = now() WHERE run_id = %(run)s"
+        " RETURNING chat_id, started_at)"
+        " DELETE FROM turns AS t USING finished AS f"
+        " WHERE t.chat_id = f.chat_id AND t.started_at < f.started_at AND t.run_id <> %(run)s"
+        " AND t.finished_at IS NOT NULL",
+        {
+            "run": run_id,
+            "seqs": [seq for seq, _ in last_events],
+            "events": [Jsonb(event) for _, event in last_events],
+        },
+    )
+
+
+async def claim_stale_turn(db: Db, run_id: uuid.UUID | None = None) -> dict[str, Any] | None:
+    """Take over one unfinished turn whose process is gone (its chat's claim expired or moved on):
+    `run_id`'s, or any. Marks it finished, so exactly one process recovers each, and returns it
+    (run_id, chat_id, user_message_id); None if there is none."""
+    return await fetch_one(
+        db,
+        "UPDATE turns SET finished_at = now() WHERE run_id = ("
+        " SELECT t.run_id FROM turns AS t JOIN chats AS c USING (chat_id)"
+        " WHERE t.finished_at IS NULL AND (%(run)s::uuid IS NULL OR t.run_id = %(run)s)"
+        " AND (c.run_id IS DISTINCT FROM t.run_id OR c.run_expires_at <= now())"
+        " ORDER BY t.started_at LIMIT 1 FOR UPDATE OF t SKIP LOCKED)"
+        " RETURNING run_id, chat_id, user_message_id",
+        {"run": run_id},
+    )

@@ -1,0 +1,36 @@
+"""`python -m tests.scripted_server`: the real server process (`server.main`, its settings from the
+environment) with every model role scripted: a chat reply is SCRIPTED_WORDS words, one every
+SCRIPTED_DELAY seconds. For tests that kill a server mid-reply (tests/test_server.py); run with
+MODELS_CONFIG=tests/models.scripted.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from core.llm_router import register_provider
+from tests.scripted_model import ScriptedProvider
+
+WORDS = int(os.environ.get("SCRIPTED_WORDS", "400"))
+DELAY = float(os.environ.get("SCRIPTED_DELAY", "0.05"))
+
+
+def reply(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    if model == "memory":
+        return {"text": '{"operations": []}'}
+    return {"text": " ".join(f"word{i}" for i in range(WORDS)), "delay": DELAY}
+
+
+def main() -> int:
+    provider = ScriptedProvider()
+    provider.responder = reply
+    register_provider("scripted", provider)
+    import server
+
+    return server.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

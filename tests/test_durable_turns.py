@@ -1,0 +1,375 @@
+"""Durable turns: a reply outlives its connection (chat/turn_jobs.py, chat/turn_recovery.py).
+
+Through the real server (real Postgres, scripted model): leaving the stream stops nothing; a
+reader resumes from any event, on this server or another one on the same database; Stop works from
+any server; a reply whose server died is recovered from its event log; one reply per message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import psycopg_pool
+import pytest
+
+from chat import turn_jobs
+from chat.turn_recovery import recover_abandoned_turns
+from core import chat_store, turn_store
+from core.services import Services
+from core.statements import execute
+from server import DATABASE_DOWN, create_app
+from tests.chat_client import free_port, read_events, read_numbered_events, send, serve_app
+
+
+def words(count: int) -> str:
+    return " ".join(f"word{i}" for i in range(count))
+
+
+async def messages_of(client: httpx.AsyncClient, chat_id: str) -> list[dict[str, Any]]:
+    response = await client.get(f"/api/chats/{chat_id}/messages")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def start_reading(
+    client: httpx.AsyncClient, content: str, tokens: int
+) -> tuple[str, int, str]:
+    """Send a message, read until `tokens` tokens arrived, leave: (chat id, last event id, text)."""
+    chat_id, last, text = "", 0, []
+    async with client.stream("POST", "/api/messages", json={"content": content}) as response:
+        assert response.status_code == 200
+        async for seq, event in read_numbered_events(response):
+            assert seq is not None and seq == last + 1, (seq, last)  # numbered 1, 2, 3, ...
+            last = seq
+            if event["type"] == "chat":
+                chat_id = event["chat_id"]
+            if event["type"] == "token":
+                text.append(event["text"])
+                if len(text) == tokens:
+                    break  # leaving the block closes the connection
+    return chat_id, last, "".join(text)
+
+
+async def follow(
+    client: httpx.AsyncClient, chat_id: str, after: int | None = None, **headers: str
+) -> list[tuple[int | None, dict[str, Any]]]:
+    query = "" if after is None else f"?after={after}"
+    async with client.stream("GET", f"/api/chats/{chat_id}/stream{query}", headers=headers) as r:
+        assert r.status_code == 200, await r.aread()
+        return [(s, e) async for s, e in read_numbered_events(r) if e["type"] != "heartbeat"]
+
+
+def text_of(events: list[tuple[int | None, dict[str, Any]]]) -> str:
+    return "".join(e["text"] for _, e in events if e["type"] == "token")
+
+
+async def test_leaving_the_stream_stops_nothing_and_a_reader_resumes_where_it_left(
+    client, model
+) -> None:
+    model.push({"text": words(40), "delay": 0.02})
+    chat_id, last, head = await start_reading(client, "Write a lot", tokens=3)
+    rest = await follow(client, chat_id, after=last)
+    assert rest[0][0] == last + 1  # nothing skipped, nothing repeated
+    assert rest[-1][1]["type"] == "done"
+    saved = await messages_of(client, chat_id)
+    assert [m["role"] for m in saved] == ["user", "assistant"]
+    assert saved[1]["status"] == "complete"
+    assert saved[1]["content"] == head + text_of(rest) == words(40)  # what streamed is saved
+    # The whole reply again, from the start, through the Last-Event-ID header, after it ended.
+    again = await follow(client, chat_id, **{"Last-Event-ID": "0"})
+    assert text_of(again) == words(40) and again[-1][1]["type"] == "done"
+
+
+async def test_stop_from_the_api_ends_the_reply_within_a_second_and_saves_what_streamed(
+    client, model
+) -> None:
+    model.push({"text": words(300), "delay": 0.05})
+    async with client.stream("POST", "/api/messages", json={"content": "Write a lot"}) as r:
+        streamed, chat_id, stopped_at = [], "", None
+        async for event in read_events(r):
+            if event["type"] == "chat":
+                chat_id = event["chat_id"]
+            elif event["type"] == "token":
+                streamed.append(event["text"])
+                if len(streamed) == 3 and stopped_at is None:
+                    stopped_at = time.monotonic()
+                    assert (await client.post(f"/api/chats/{chat_id}/stop")).status_code == 200
+        assert event["type"] == "interrupted"
+        assert time.monotonic() - stopped_at < 1.0
+    saved = await messages_of(client, chat_id)
+    assert saved[1]["status"] == "interrupted"
+    assert saved[1]["content"] == "".join(streamed)
+    # Nothing is being written now: stopping again is refused, a new message is taken.
+    response = await client.post(f"/api/chats/{chat_id}/stop")
+    assert response.status_code == 409 and "No reply" in response.json()["error"]
+    model.push({"text": "ok"})
+    assert [e["type"] for e in await send(client, "still there?", chat_id)][-1] == "done"
+
+
+@asynccontextmanager
+async def server_with(services: Services, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of another server on the same database (its own app, so its own jobs: as another
+    process would be), with these settings changed."""
+    changed = dataclasses.replace(services, settings=services.settings.model_copy(update=settings))
+    async with (
+        serve_app(create_app(services=changed)) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        yield http
+
+
+@pytest.fixture
+async def second_server(chat_services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    async with server_with(chat_services) as other:
+        yield other
+
+
+async def test_another_server_follows_and_stops_a_reply(client, second_server, model) -> None:
+    model.push({"text": words(300), "delay": 0.04})
+    chat_id, last, head = await start_reading(client, "Write a lot", tokens=2)
+    async with second_server.stream("GET", f"/api/chats/{chat_id}/stream?after={last}") as r:
+        followed = []
+        async for seq, event in read_numbered_events(r):
+            followed.append((seq, event))
+            if len(followed) == 5:
+                stopped_at = time.monotonic()
+                assert (await second_server.post(f"/api/chats/{chat_id}/stop")).status_code == 200
+        assert event["type"] == "interrupted"
+        # The job sees the flag within WATCH_SECONDS; its last events reach the reader within
+        # FOLLOW_SECONDS + FLUSH_SECONDS.
+        assert time.monotonic() - stopped_at < 1.5
+    assert followed[0][0] == last + 1
+    saved = await messages_of(client, chat_id)
+    assert saved[1]["status"] == "interrupted"
+    assert saved[1]["content"] == head + text_of(followed)
+
+
+async def test_a_reply_whose_server_died_is_recovered_from_its_events(
+    client, chat_services: Services, model
+) -> None:
+    """As if a server was killed mid-reply: its turn unfinished, its claim on the chat expired."""
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "crashed")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "Tell me a story")
+    run_id = uuid.uuid4()
+    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, 60)
+    await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
+    sources = [{"n": 1, "title": "A page", "url": "https://example.org/"}]
+    written = [
+        {"type": "step", "text": "Writing…", "elapsed_ms": 5},
+        {"type": "token", "text": "Once upon"},
+        {"type": "sources", "sources": sources},
+        {"type": "token", "text": " a time"},
+    ]
+    await turn_store.append_events(pool, run_id, list(enumerate(written, start=1)))
+    # While its claim holds, it is someone's live reply: nothing to recover, Stop is accepted.
+    assert await recover_abandoned_turns(chat_services) == 0
+    assert await turn_store.request_stop(pool, chat["chat_id"]) == run_id
+    await execute(
+        pool,
+        "UPDATE chats SET run_expires_at = now() - interval '1 second' WHERE chat_id = %s",
+        (chat["chat_id"],),
+    )
+    # The next message in the chat finds the old reply recovered, then gets its own.
+    model.push({"text": "The end."})
+    events = await send(client, "Go on", chat["chat_id"])
+    assert events[-1]["type"] == "done"
+    saved = await messages_of(client, str(chat["chat_id"]))
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"), ("assistant", "interrupted"), ("user", "complete"),
+        ("assistant", "complete"),
+    ]  # fmt: skip
+    assert saved[1]["content"] == "Once upon a time"
+    assert saved[1]["sources"] == sources
+    assert saved[1]["steps"] == [{"text": "Writing…", "elapsed_ms": 5}]
+    assert "server stopped" in saved[1]["error"]
+    assert await recover_abandoned_turns(chat_services) == 0  # recovered once only
+
+
+async def test_start_up_recovers_what_a_dead_server_left(chat_services: Services) -> None:
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "crashed at start")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "Hello?")
+    run_id = uuid.uuid4()
+    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, -1)  # expired
+    await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
+    await turn_store.append_events(pool, run_id, [(1, {"type": "token", "text": "Hi"})])
+    async with serve_app(create_app(services=chat_services)):  # its start-up recovers it
+        reply = await chat_store.reply_of(pool, question["message_id"])
+    assert reply is not None and (reply["status"], reply["content"]) == ("interrupted", "Hi")
+
+
+async def test_one_reply_per_user_message_whichever_path_saves_it(
+    chat_services: Services,
+) -> None:
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "one reply")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "Hi")
+    reply = {"reply_to": question["message_id"]}
+    first = await chat_store.add_message(
+        pool, chat["chat_id"], "assistant", "Hel", status="interrupted", **reply
+    )
+    second = await chat_store.add_message(pool, chat["chat_id"], "assistant", "Hello!", **reply)
+    assert second["message_id"] == first["message_id"] and second["content"] == "Hello!"
+    # A complete reply stays: a late interrupted save (a recovery, a stop) cannot replace it.
+    third = await chat_store.add_message(
+        pool, chat["chat_id"], "assistant", "Hel", status="interrupted", **reply
+    )
+    assert (third["content"], third["status"]) == ("Hello!", "complete")
+    rows = await chat_store.list_messages(pool, chat["chat_id"])
+    assert [m["role"] for m in rows] == ["user", "assistant"]
+
+
+async def test_following_and_stopping_need_a_reply_being_written(
+    client, chat_services: Services
+) -> None:
+    unknown = uuid.uuid4()
+    for method, path in (("GET", "stream"), ("POST", "stop")):
+        response = await client.request(method, f"/api/chats/{unknown}/{path}")
+        assert response.status_code == 404 and "No chat" in response.json()["error"]
+    empty = (await chat_store.create_chat(chat_services.database.pool, "no turns"))["chat_id"]
+    response = await client.get(f"/api/chats/{empty}/stream")
+    assert response.status_code == 404
+    assert response.json() == {"error": "No reply is being written in this chat."}
+    response = await client.post(f"/api/chats/{empty}/stop")
+    assert response.status_code == 409
+    assert response.json() == {"error": "No reply is being written in this chat."}
+    response = await client.get(f"/api/chats/{empty}/stream", headers={"Last-Event-ID": "x1"})
+    assert response.status_code == 422 and "Last-Event-ID" in response.json()["error"]
+    response = await client.get(f"/api/chats/{empty}/stream?after=-1")
+    assert response.status_code == 422
+
+
+async def test_deleting_a_chat_while_its_reply_streams_ends_the_stream_cleanly(
+    client, model
+) -> None:
+    failures = []
+    for _ in range(10):
+        model.push({"text": words(100), "delay": 0.02})
+        async with client.stream("POST", "/api/messages", json={"content": "Long"}) as r:
+            chat_id, last = "", None
+            async for event in read_events(r):
+                if event["type"] == "chat":
+                    chat_id = event["chat_id"]
+                elif event["type"] == "token" and chat_id:
+                    deleted = await client.delete(f"/api/chats/{chat_id}")
+                    if deleted.status_code != 204:
+                        failures.append(deleted.text)
+                    chat_id = ""
+                last = event
+        assert last is not None and last["type"] in ("interrupted", "error"), last
+        await turn_jobs.settled()
+    assert failures == []
+    assert (await client.get("/api/chats")).status_code == 200
+
+
+async def test_while_the_database_is_down_requests_get_a_quick_json_503(
+    chat_services: Services,
+) -> None:
+    nobody = f"host=127.0.0.1 port={free_port()} dbname=none user=none connect_timeout=2"
+    pool = psycopg_pool.AsyncConnectionPool(nobody, min_size=0, max_size=2, timeout=1.0, open=False)
+    await pool.open(wait=False)
+    down = dataclasses.replace(chat_services, database=SimpleNamespace(pool=pool))
+    try:
+        async with (
+            serve_app(create_app(services=down)) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as http,
+        ):
+            for method, path, body in (
+                ("GET", "/api/chats", None),
+                ("POST", "/api/messages", {"content": "hello"}),
+            ):
+                started = time.monotonic()
+                response = await http.request(method, path, json=body)
+                assert response.status_code == 503, response.text
+                assert response.json() == {"error": DATABASE_DOWN}
+                assert time.monotonic() - started < 5  # the pool's wait, not a 10 s timeout
+    finally:
+        await pool.close()
+
+
+async def test_a_reply_past_the_turn_deadline_ends_with_an_error_keeping_its_text(
+    chat_services: Services, model
+) -> None:
+    model.push({"text": words(300), "delay": 0.05})
+    async with (
+        server_with(chat_services, turn_deadline=1.0) as http,
+        http.stream("POST", "/api/messages", json={"content": "Write a lot"}) as r,
+    ):
+        events = [e async for e in read_events(r) if e["type"] != "heartbeat"]
+        chat_id = events[0]["chat_id"]
+        saved = await messages_of(http, chat_id)
+    assert events[-1]["type"] == "error" and "took longer than 1 s" in events[-1]["message"]
+    streamed = "".join(e["text"] for e in events if e["type"] == "token")
+    assert streamed and len(streamed.split()) < 100
+    assert (saved[1]["status"], saved[1]["content"]) == ("interrupted", streamed)
+
+
+async def test_a_reply_whose_chat_another_server_took_over_ends_with_an_error(
+    chat_services: Services, model
+) -> None:
+    model.push({"text": words(300), "delay": 0.05})
+    async with (
+        server_with(chat_services, chat_lease_seconds=3.0) as client,  # renewed every second
+        client.stream("POST", "/api/messages", json={"content": "Write a lot"}) as r,
+    ):
+        events = []
+        async for event in read_events(r):
+            events.append(event)
+            if len([e for e in events if e["type"] == "token"]) == 2:
+                await execute(
+                    chat_services.database.pool,
+                    "UPDATE chats SET run_id = gen_random_uuid() WHERE chat_id = %s",
+                    (events[0]["chat_id"],),
+                )
+    assert events[-1]["type"] == "error"
+    assert "another server took this chat over" in events[-1]["message"]
+
+
+async def test_retry_answers_the_last_question_again_in_place_of_its_failed_reply(
+    client, chat_services: Services, model
+) -> None:
+    model.push({"error": "service unavailable"})
+    events = await send(client, "Are you there?")
+    chat_id = events[0]["chat_id"]
+    question = next(e for e in events if e["type"] == "turn")["user_message_id"]
+    assert events[-1]["type"] == "error"
+    retry_path = f"/api/chats/{chat_id}/messages/{question}/retry"
+    model.push({"text": "Yes."})
+    async with client.stream("POST", retry_path, json={}) as r:
+        assert r.status_code == 200
+        again = [e async for e in read_events(r) if e["type"] != "heartbeat"]
+    assert again[-1]["type"] == "done"
+    assert next(e for e in again if e["type"] == "turn")["user_message_id"] == question
+    saved = await messages_of(client, chat_id)
+    assert [(m["role"], m["status"], m["content"]) for m in saved] == [
+        ("user", "complete", "Are you there?"), ("assistant", "complete", "Yes."),
+    ]  # fmt: skip
+    # A reply that completed is not replaced, nor is an earlier message answered again.
+    response = await client.post(retry_path, json={})
+    assert response.status_code == 409 and "only when its reply failed" in response.json()["error"]
+    model.push({"text": "Second."})
+    await send(client, "And another", chat_id)
+    assert (await client.post(retry_path, json={})).status_code == 409
+    unknown = f"/api/chats/{uuid.uuid4()}/messages/{question}/retry"
+    assert (await client.post(unknown, json={})).status_code == 404
+
+
+async def test_retry_keeps_use_web_as_first_sent(client, chat_services: Services) -> None:
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "web question")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "News today?")
+    await turn_store.create_turn(pool, uuid.uuid4(), chat["chat_id"], question["message_id"], True)
+    retry_path = f"/api/chats/{chat['chat_id']}/messages/{question['message_id']}/retry"
+    # This server has no search provider: asking for the web is refused, so it was asked for.
+    response = await client.post(retry_path)
+    assert response.status_code == 400 and "Web search is not available" in response.json()["error"]
+    response = await client.post(retry_path, json={"use_web": "yes please"})
+    assert response.status_code == 422
