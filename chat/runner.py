@@ -22,7 +22,7 @@ from typing import Any
 
 from chat import summary
 from chat.graph import graph
-from chat.replies import save_reply
+from chat.replies import ReplyNotSaved, save_reply
 from chat.state import TurnContext
 from chat.steps import short_id
 from chat.turn_recovery import recover_turn
@@ -57,6 +57,7 @@ class Turn:
     content: str
     use_web: bool
     new_chat: dict[str, Any] | None = None
+    released: bool = False  # the chat's claim given back (a database fault can prevent it)
 
 
 def title_from(content: str) -> str:
@@ -163,16 +164,20 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             await asyncio.shield(_save_partial(turn, "".join(reply), "interrupted", None))
         raise
     except Exception as error:
-        message = readable_error(error)
+        message = str(error) if isinstance(error, ReplyNotSaved) else readable_error(error)
         log.error("Chat %s: reply failed: %s", short_id(context.chat_id), message)
-        if not saved:
-            await _save_partial(turn, "".join(reply), "error", message)
+        if not saved and not isinstance(error, ReplyNotSaved):
+            try:
+                await _save_partial(turn, "".join(reply), "error", message)
+            except ReplyNotSaved as unsaved:
+                message = str(unsaved)
         yield {"type": "error", "message": message}
     finally:
         # Ended early (client gone, Stop): the graph's nodes must stop too, the model with them.
         context.stop_work()
         with contextlib.suppress(BaseException):
             await asyncio.shield(chat_store.release_chat_run(pool, context.chat_id, turn.run_id))
+            turn.released = True
         # Only now, and as a task of its own: the fold (a model call) holds no lease, so the next
         # message in the chat never waits for it, and a client that left does not cancel it.
         summary.start_fold(context.services, context.chat_id, context.trace_id)

@@ -38,7 +38,6 @@ FLUSH_SECONDS = 0.1  # tokens reach other processes' readers this often, in one 
 WATCH_SECONDS = 0.5  # how often a running job checks whether another process asked it to stop
 LEASE_RENEWALS = 3  # it renews its claim on the chat this often per lease (CHAT_LEASE_SECONDS)
 FOLLOW_SECONDS = 0.25  # how often a reader following another process's job looks for new events
-FLUSH_ATTEMPTS = 5  # the last write of a job's events, tried this often (a database blip)
 # A turn whose chat claim is gone but which is not marked finished: its process is finishing it
 # (its last events and the mark follow within moments) or died. A reader waits this long first.
 ABANDONED_SECONDS = 3.0
@@ -114,20 +113,36 @@ class TurnJob:
             await asyncio.shield(self._finish())
 
     async def _finish(self) -> None:
-        for attempt in range(FLUSH_ATTEMPTS):
+        """Readers first (their streams end with the final event), then the rest of the events,
+        the finished mark and, if stream_turn could not, the chat's claim: retried while the
+        database is away, for up to a lease (then the lease frees the chat anyway)."""
+        self.finished = True
+        self._wake.set()
+        try:
+            await self._persist_end()
+        finally:
+            self._jobs.forget(self)
+
+    async def _persist_end(self) -> None:
+        deadline = time.monotonic() + self.turn.context.services.settings.chat_lease_seconds
+        delay = 0.25
+        while True:
             try:
                 await turn_store.finish_turn(self._pool, self.run_id, self._unsaved)
                 self._unsaved = []
-                break
+                if not self.turn.released:  # the database was away when the turn ended
+                    await chat_store.release_chat_run(self._pool, self.chat_id, self.run_id)
+                    self.turn.released = True
+                return
             except psycopg.errors.ForeignKeyViolation:
-                break  # the turn is gone with its chat
-            except Exception as error:  # the database is down: the reply itself is saved or not
-                log.warning("Chat %s: saving the reply's events failed (%s)",
-                            short_id(self.chat_id), error)  # fmt: skip
-                await asyncio.sleep(0.2 * (attempt + 1))
-        self.finished = True
-        self._wake.set()
-        self._jobs.forget(self)
+                return  # the turn is gone with its chat
+            except Exception as error:  # the database is away
+                if time.monotonic() + delay > deadline:
+                    log.warning("Chat %s: the reply's events could not be saved (%s)",
+                                short_id(self.chat_id), error)  # fmt: skip
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _flush(self) -> None:
         if not self._unsaved:
@@ -208,6 +223,13 @@ class TurnJobs:
         return job
 
     def running(self, chat_id: uuid.UUID) -> TurnJob | None:
+        """The chat's reply this process is writing, if any."""
+        job = self._by_chat.get(chat_id)
+        return job if job is not None and not job.finished else None
+
+    def latest(self, chat_id: uuid.UUID) -> TurnJob | None:
+        """That, or the one it has just finished (still storing its end): its events in memory
+        are all there are, while the database may not have the last of them yet."""
         return self._by_chat.get(chat_id)
 
     def forget(self, job: TurnJob) -> None:
@@ -247,7 +269,7 @@ async def follow_turn(
 ) -> AsyncIterator[tuple[int, dict[str, Any]]] | None:
     """The chat's latest reply as numbered events from after `after`, live while it is written;
     None if the chat has no reply being written (nor one just finished, events kept)."""
-    job = jobs.running(chat_id)
+    job = jobs.latest(chat_id)
     if job is not None:
         return job.follow(after)
     pool = services.database.pool
@@ -281,6 +303,10 @@ async def _follow_from_database(
             abandoned_since = time.monotonic()
         elif time.monotonic() - abandoned_since > ABANDONED_SECONDS:  # its process died
             await recover_turn(services, run_id)
-            yield seen + 1, STOPPED
+            reply = await chat_store.reply_of(pool, turn["user_message_id"])
+            if reply is not None and reply["status"] == "complete":  # it ended just before
+                yield seen + 1, {"type": "done", "message_id": str(reply["message_id"])}
+            else:
+                yield seen + 1, STOPPED
             return
         await asyncio.sleep(FOLLOW_SECONDS)

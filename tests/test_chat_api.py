@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -226,6 +227,50 @@ async def test_failing_chat_provider_falls_back(chat_services, model, settings, 
     events = [event async for event in stream_turn(turn)]
     assert types(events)[-1] == "done"
     assert [c["model"] for c in backup.calls] == ["down", "backup"]
+    saved = await chat_store.list_messages(services.database.pool, turn.context.chat_id)
+    assert saved[-1]["content"] == "answer from the backup"
+
+
+async def test_a_hosted_chat_model_that_hangs_falls_back_after_its_stream_timeout(
+    chat_services, model, settings, tmp_path
+) -> None:
+    """An OpenAI-compatible server that takes the request and never answers: `stream_timeout`
+    (as core/models.yaml sets for hosted chat models) hands the turn to the fallback in seconds,
+    not after the overall timeout."""
+    import dataclasses
+
+    from core.llm_router import build_router
+
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - {model_name: chat, litellm_params: {model: openai/hangs, api_key: x,"
+        f" api_base: 'http://127.0.0.1:{port}/v1', stream_timeout: 1}}}}\n"
+        "  - {model_name: backup, litellm_params: {model: scripted/backup}}\n"
+        "  - {model_name: utility, litellm_params: {model: scripted/utility}}\n"
+        "router_settings:\n  num_retries: 0\n  timeout: 120\n  fallbacks: [{chat: [backup]}]\n"
+    )
+    router = build_router(settings.model_copy(update={"models_config": config}))
+    model.push({"text": "answer from the backup"})
+    services = dataclasses.replace(chat_services, router=router)
+    started = time.monotonic()
+    try:
+        turn = await start_turn(services, None, "hello?", use_web=False)
+        events = [event async for event in stream_turn(turn)]
+    finally:
+        server.close()
+        for writer in accepted:
+            writer.close()
+    assert accepted, "the hosted model was never asked"
+    assert types(events)[-1] == "done"
+    assert time.monotonic() - started < 15  # not the 120 s overall timeout
     saved = await chat_store.list_messages(services.database.pool, turn.context.chat_id)
     assert saved[-1]["content"] == "answer from the backup"
 

@@ -7,7 +7,10 @@ any server; a reply whose server died is recovered from its event log; one reply
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,10 +21,12 @@ from typing import Any
 import httpx
 import psycopg_pool
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from chat import turn_jobs
+from chat import replies, turn_jobs
 from chat.turn_recovery import recover_abandoned_turns
 from core import chat_store, turn_store
+from core.db import _configure_connection
 from core.services import Services
 from core.statements import execute
 from server import DATABASE_DOWN, create_app
@@ -247,26 +252,30 @@ async def test_following_and_stopping_need_a_reply_being_written(
     assert response.status_code == 422
 
 
-async def test_deleting_a_chat_while_its_reply_streams_ends_the_stream_cleanly(
-    client, model
+async def test_deleting_chats_while_their_replies_stream_ends_every_stream_cleanly(
+    client, model, caplog: pytest.LogCaptureFixture
 ) -> None:
-    failures = []
-    for _ in range(10):
-        model.push({"text": words(100), "delay": 0.02})
+    """30 chats at once, each deleted as its first token arrives: every delete succeeds, every
+    stream ends with a final event, no 5xx and no traceback."""
+    model.responder = lambda _model, _messages: {"text": words(100), "delay": 0.02}
+
+    async def send_and_delete() -> tuple[int, dict[str, Any]]:
         async with client.stream("POST", "/api/messages", json={"content": "Long"}) as r:
-            chat_id, last = "", None
+            assert r.status_code == 200
+            chat_id, deleted, last = "", 0, {}
             async for event in read_events(r):
                 if event["type"] == "chat":
                     chat_id = event["chat_id"]
-                elif event["type"] == "token" and chat_id:
-                    deleted = await client.delete(f"/api/chats/{chat_id}")
-                    if deleted.status_code != 204:
-                        failures.append(deleted.text)
-                    chat_id = ""
+                elif event["type"] == "token" and not deleted:
+                    deleted = (await client.delete(f"/api/chats/{chat_id}")).status_code
                 last = event
-        assert last is not None and last["type"] in ("interrupted", "error"), last
-        await turn_jobs.settled()
-    assert failures == []
+        return deleted, last
+
+    results = await asyncio.gather(*(send_and_delete() for _ in range(30)))
+    await turn_jobs.settled()
+    assert [status for status, _ in results] == [204] * 30
+    assert {last["type"] for _, last in results} <= {"interrupted", "error"}, results
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert (await client.get("/api/chats")).status_code == 200
 
 
@@ -373,3 +382,133 @@ async def test_retry_keeps_use_web_as_first_sent(client, chat_services: Services
     assert response.status_code == 400 and "Web search is not available" in response.json()["error"]
     response = await client.post(retry_path, json={"use_web": "yes please"})
     assert response.status_code == 422
+
+
+class PostgresProxy:
+    """A TCP proxy to the test database's socket that can drop every connection and refuse new
+    ones (`cut`) until `restore`: the database going away and coming back, as seen by the app."""
+
+    def __init__(self, conninfo: str) -> None:
+        target = conninfo_to_dict(conninfo)
+        self.socket = f"{target.get('host')}/.s.PGSQL.{target.get('port') or 5432}"
+        self.port = free_port()
+        self.conninfo = make_conninfo(conninfo, host="127.0.0.1", port=str(self.port))
+        self.down = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.down:
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_unix_connection(self.socket)
+        self._writers |= {writer, up_writer}
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        self.down = True
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    def restore(self) -> None:
+        self.down = False
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+
+
+@asynccontextmanager
+async def server_through(
+    proxy: PostgresProxy, services: Services
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A server whose database connections all go through `proxy`."""
+    await proxy.start()
+    pool = psycopg_pool.AsyncConnectionPool(
+        proxy.conninfo, min_size=1, max_size=4, timeout=1.0, configure=_configure_connection,
+        open=False,
+    )  # fmt: skip
+    await pool.open(wait=True)
+    try:
+        through = dataclasses.replace(services, database=SimpleNamespace(pool=pool))
+        async with (
+            serve_app(create_app(services=through)) as url,
+            httpx.AsyncClient(base_url=url, timeout=60) as http,
+        ):
+            yield http
+    finally:
+        await proxy.close()
+        await pool.close()
+
+
+async def stream_cutting_the_database(
+    http: httpx.AsyncClient, proxy: PostgresProxy, back_after: float | None
+) -> list[dict[str, Any]]:
+    """Send a message; after its 5th token the database goes away (back after `back_after` s)."""
+    events: list[dict[str, Any]] = []
+    async with http.stream("POST", "/api/messages", json={"content": "Write a lot"}) as r:
+        async for event in read_events(r):
+            events.append(event)
+            if [e["type"] for e in events].count("token") == 5 and event["type"] == "token":
+                proxy.cut()
+                if back_after is not None:
+                    asyncio.get_running_loop().call_later(back_after, proxy.restore)
+    return [e for e in events if e["type"] != "heartbeat"]
+
+
+async def test_the_database_going_away_mid_reply_loses_nothing(
+    chat_services: Services, model
+) -> None:
+    proxy = PostgresProxy(chat_services.database.conninfo)
+    model.push({"text": words(40), "delay": 0.03})
+    async with server_through(proxy, chat_services) as http:
+        events = await stream_cutting_the_database(http, proxy, back_after=2.0)
+        assert events[-1]["type"] == "done", events[-1]
+        chat_id = events[0]["chat_id"]
+        saved = await messages_of(http, chat_id)  # and the server works again, no restart
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"), ("assistant", "complete"),
+    ]  # fmt: skip
+    assert saved[1]["content"] == "".join(e["text"] for e in events if e["type"] == "token")
+    assert saved[1]["content"] == words(40)
+
+
+async def test_a_database_down_for_good_ends_the_reply_with_a_clear_error_then_recovers(
+    chat_services: Services, model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replies, "SAVE_RETRY_SECONDS", 2.0)
+    proxy = PostgresProxy(chat_services.database.conninfo)
+    model.push({"text": words(40), "delay": 0.03})
+    async with server_through(proxy, chat_services) as http:
+        events = await stream_cutting_the_database(http, proxy, back_after=None)
+        assert events[-1] == {
+            "type": "error",
+            "message": "The reply could not be saved: the database is not answering. Try again"
+            " once it is back.",
+        }
+        proxy.restore()
+        # No restart needed: once the pool has reconnected (503 meanwhile) and the ended turn
+        # has given the chat back (409 meanwhile), the chat takes a message again.
+        path = f"/api/chats/{events[0]['chat_id']}/messages"
+        model.push({"text": "Back."})
+        for _ in range(60):
+            async with http.stream("POST", path, json={"content": "Are you back?"}) as r:
+                if r.status_code == 200:
+                    again = [e async for e in read_events(r)]
+                    break
+                assert r.status_code in (409, 503), await r.aread()
+            await asyncio.sleep(0.25)
+    assert again[-1]["type"] == "done"
