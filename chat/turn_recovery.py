@@ -30,13 +30,13 @@ async def recover_turn(services: Services, run_id: uuid.UUID | None = None) -> b
     stale = await turn_store.claim_stale_turn(pool, run_id)
     if stale is None:
         return False
-    events = [event for _, event in await turn_store.events_after(pool, stale["run_id"], 0)]
-    text = "".join(e.get("text", "") for e in events if e.get("type") == "token")
-    sources = next((e["sources"] for e in reversed(events) if e.get("type") == "sources"), [])
-    steps = [{k: v for k, v in e.items() if k != "type"} for e in events if e.get("type") == "step"]
     async with pool.connection() as conn, conn.transaction():
         if await chat_store.reply_of(conn, stale["user_message_id"]) is not None:
             return True  # it ended normally just before its process went away
+        events = [event for _, event in await turn_store.events_after(conn, stale["run_id"], 0)]
+        text = "".join(e.get("text", "") for e in events if e.get("type") == "token")
+        sources = next((e["sources"] for e in reversed(events) if e.get("type") == "sources"), [])
+        steps = [{k: v for k, v in e.items() if k != "type"} for e in events if e["type"] == "step"]
         with contextlib.suppress(chat_store.ChatNotFound):  # the chat was deleted meanwhile
             await chat_store.add_message(
                 conn, stale["chat_id"], "assistant", text, status="interrupted",

@@ -43,17 +43,27 @@ async def used_web(db: Db, user_message_id: uuid.UUID) -> bool:
     return bool(row and row["use_web"])
 
 
+# `(seq, event)` pairs of one turn; a pair stored already (a retried write) is left as it was.
+_INSERT_EVENTS = (
+    "INSERT INTO turn_events (run_id, seq, event)"
+    " SELECT %(run)s, seq, event FROM unnest(%(seqs)s::int[], %(events)s::jsonb[])"
+    " AS e(seq, event) ON CONFLICT DO NOTHING"
+)
+
+
+def _events_params(run_id: uuid.UUID, events: Sequence[tuple[int, dict]]) -> dict[str, Any]:
+    return {
+        "run": run_id,
+        "seqs": [seq for seq, _ in events],
+        "events": [Jsonb(event) for _, event in events],
+    }
+
+
 async def append_events(db: Db, run_id: uuid.UUID, events: Sequence[tuple[int, dict]]) -> None:
     """Store `(seq, event)` pairs; a pair stored already (a retried write) is left as it was."""
     if not events:
         return
-    await execute(
-        db,
-        "INSERT INTO turn_events (run_id, seq, event)"
-        " SELECT %s, seq, event FROM unnest(%s::int[], %s::jsonb[]) AS e(seq, event)"
-        " ON CONFLICT DO NOTHING",
-        (run_id, [seq for seq, _ in events], [Jsonb(event) for _, event in events]),
-    )
+    await execute(db, _INSERT_EVENTS, _events_params(run_id, events))
 
 
 async def events_after(db: Db, run_id: uuid.UUID, after: int) -> list[tuple[int, dict]]:
@@ -103,19 +113,13 @@ async def finish_turn(
     One statement: a turn's end costs one round trip."""
     await execute(
         db,
-        "WITH stored AS (INSERT INTO turn_events (run_id, seq, event)"
-        " SELECT %(run)s, seq, event FROM unnest(%(seqs)s::int[], %(events)s::jsonb[])"
-        " AS e(seq, event) ON CONFLICT DO NOTHING),"
+        f"WITH stored AS ({_INSERT_EVENTS}),"
         " finished AS (UPDATE turns SET finished_at = now() WHERE run_id = %(run)s"
         " RETURNING chat_id, started_at)"
         " DELETE FROM turns AS t USING finished AS f"
         " WHERE t.chat_id = f.chat_id AND t.started_at < f.started_at AND t.run_id <> %(run)s"
         " AND t.finished_at IS NOT NULL",
-        {
-            "run": run_id,
-            "seqs": [seq for seq, _ in last_events],
-            "events": [Jsonb(event) for _, event in last_events],
-        },
+        _events_params(run_id, last_events),
     )
 
 
