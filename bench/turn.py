@@ -553,22 +553,31 @@ class Bench:
         finally:
             _UNCOUNTED.reset(token)
 
-    async def breakdown(self, url: str) -> Counter[str]:
-        """Round trips of one message (the second of a chat), by kind and cause."""
+    async def breakdown(self, url: str, tries: int = 3) -> Counter[str]:
+        """Round trips of one message (the second of a chat) and of the work it leaves behind
+        (summary check, memory extraction), by kind and cause. The fewest of `tries` messages: a
+        pool growing or the memory worker waking twice adds a few exchanges at random."""
+        fewest: Counter[str] | None = None
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-            async with http.stream("POST", "/api/messages", json={"content": MESSAGE}) as r:
-                events = [e async for e in read_events(r)]
-            chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
-            self.round_trips.labels.clear()
-            self.round_trips.labelled = True
-            try:
-                path = f"/api/chats/{chat_id}/messages"
-                async with http.stream("POST", path, json={"content": MESSAGE}) as r:
-                    [e async for e in read_events(r)]
-                await summary.settled()  # its fold check runs after the stream
-            finally:
-                self.round_trips.labelled = False
-        return Counter(self.round_trips.labels)
+            for _ in range(tries):
+                async with http.stream("POST", "/api/messages", json={"content": MESSAGE}) as r:
+                    events = [e async for e in read_events(r)]
+                chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
+                await self.memory_jobs_done()  # the first message's work is not counted
+                self.round_trips.labels.clear()
+                self.round_trips.labelled = True
+                try:
+                    path = f"/api/chats/{chat_id}/messages"
+                    async with http.stream("POST", path, json={"content": MESSAGE}) as r:
+                        [e async for e in read_events(r)]
+                    await self.memory_jobs_done()
+                finally:
+                    self.round_trips.labelled = False
+                labels = Counter(self.round_trips.labels)
+                if fewest is None or labels.total() < fewest.total():
+                    fewest = labels
+        assert fewest is not None
+        return fewest
 
     async def run(self, options: Options) -> Report:
         report = Report()
