@@ -51,7 +51,8 @@ async def run(memories: int, questions: int) -> None:
         async def prepare(question: str, recall: bool) -> float:
             turn = TurnContext(
                 services=services,  # type: ignore[arg-type]  # what recall reads of Services
-                chat_id=chat["chat_id"], user_message_id=uuid.uuid4(), user_text=question,
+                chat_id=chat["chat_id"], user_message_id=uuid.uuid4(), run_id=uuid.uuid4(),
+                user_text=question,
                 trace_id="bench", started=time.monotonic(), memory="recall" if recall else "off",
             )  # fmt: skip
             started = time.perf_counter()

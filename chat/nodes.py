@@ -60,7 +60,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     """
     turn = turn_of(config)
     pool = turn.services.database.pool
-    (chat, history), recalled = await asyncio.gather(
+    (summary, history), recalled = await asyncio.gather(
         _unsummarised(pool, turn.chat_id), recall_memories(turn, state["user_text"])
     )
     earlier = [
@@ -68,9 +68,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         for m in history
         if m["message_id"] != turn.user_message_id and m["content"].strip()
     ][-MAX_HISTORY_MESSAGES:]
-    system = chat_instructions(
-        datetime.now(UTC), chat["summary"] if chat else None, memory=turn.memory
-    )
+    system = chat_instructions(datetime.now(UTC), summary, memory=turn.memory)
     question = user_turn(state["user_text"], state.get("use_web", False), recalled)
     messages = [
         {"role": "system", "content": system},
@@ -81,20 +79,21 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         "Chat %s: prompt built (%d earlier messages%s%s)",
         short_id(turn.chat_id),
         len(earlier),
-        ", with summary" if chat and chat["summary"] else "",
+        ", with summary" if summary else "",
         f", {len(recalled)} memories" if recalled else "",
     )
     return {"messages": messages, "model_calls": 0, "reply": ""}
 
 
-async def _unsummarised(
-    pool: Any, chat_id: uuid.UUID
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The chat and the messages after the last one its summary covers. One after the other, so
-    the summary and the messages agree even if a fold is stored in between."""
+async def _unsummarised(pool: Any, chat_id: uuid.UUID) -> tuple[str | None, list[dict[str, Any]]]:
+    """The chat's summary and the messages of the branch shown after the last one it covers. One
+    after the other, so the summary and the messages agree even if a fold is stored in between.
+    A summary of another branch (the user picked another version of an earlier message) is left
+    out, and the whole branch sent instead."""
     chat = await chat_store.get_chat(pool, chat_id)
     upto = chat["summary_upto_message_id"] if chat else None
-    return chat, await chat_store.messages_after(pool, chat_id, upto)
+    history, covered = await chat_store.branch_after(pool, chat_id, upto)
+    return (chat["summary"] if chat and covered else None), history
 
 
 def _with_sources(content: str, sources: list[dict[str, Any]]) -> str:

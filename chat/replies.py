@@ -57,7 +57,8 @@ async def _save(context: TurnContext, text: str, **fields: Any) -> dict[str, Any
     async with pool.connection() as conn, conn.pipeline(), conn.transaction():
         message = await chat_store.add_message(
             conn, context.chat_id, "assistant", text, steps=context.steps,
-            memory_ids=list(context.memories), reply_to=context.user_message_id, **fields,
+            memory_ids=list(context.memories), reply_to=context.user_message_id,
+            run_id=context.run_id, **fields,
         )  # fmt: skip
         if context.memory != "off":
             await memory_jobs.enqueue(conn, context.user_message_id, context.chat_id)

@@ -25,7 +25,7 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, Field, field_validator, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, NotRetryable, start_turn
+from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, MessageNotFound, start_turn
 from chat.turn_jobs import TurnJobs, follow_turn, request_stop
 from core import chat_store, memory_store, turn_store
 from core.preferences import memory_paused
@@ -36,7 +36,7 @@ router = APIRouter(prefix="/api")
 HEARTBEAT_SECONDS = 10
 DELETE_WAIT_SECONDS = 5  # deleting a chat waits this long at most for its reply to stop
 MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
-                  "error", "sent_at")  # fmt: skip
+                  "error", "sent_at", "versions")  # fmt: skip
 CHAT_FIELDS = ("chat_id", "title", "temporary", "created_at", "updated_at")
 
 
@@ -64,7 +64,7 @@ class NewMessageIn(MessageIn):
         return self
 
 
-class RetryIn(BaseModel):
+class RegenerateIn(BaseModel):
     # Unset: as the message was first sent.
     use_web: bool | None = None
 
@@ -107,7 +107,8 @@ async def _stream(
     content: str,
     use_web: bool,
     temporary: bool = False,
-    retry: uuid.UUID | None = None,
+    regenerate: uuid.UUID | None = None,
+    edit: uuid.UUID | None = None,
 ) -> Response:
     services = services_of(request)
     if use_web and services.search_provider is None:
@@ -120,11 +121,12 @@ async def _stream(
             use_web,
             temporary=temporary,
             wake_memory=request.app.state.memory_worker.wake,
-            retry=retry,
+            regenerate=regenerate,
+            edit=edit,
         )
-    except ChatNotFound as error:
+    except (ChatNotFound, MessageNotFound) as error:
         raise HTTPException(404, str(error)) from None
-    except (ChatBusy, NotRetryable) as error:
+    except ChatBusy as error:
         raise HTTPException(409, str(error)) from None
     job = await jobs_of(request).start(turn)
     return event_stream(job.follow(0))
@@ -174,17 +176,43 @@ async def send_message_to_chat(request: Request, chat_id: uuid.UUID, body: Messa
     return await _stream(request, chat_id, body.content, body.use_web)
 
 
+@router.post("/chats/{chat_id}/messages/{message_id}/regenerate")
 @router.post("/chats/{chat_id}/messages/{message_id}/retry")
-async def retry_message(
-    request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: RetryIn | None = None
+async def regenerate_reply(
+    request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: RegenerateIn | None = None
 ) -> Response:
-    """Answer the chat's last message again, its failed or stopped reply replaced (the question is
-    not sent twice); `use_web` as first sent unless given. 409 for another message or a reply
-    that completed."""
+    """Answer a question again (`message_id`: the question, or a reply to it): the new reply is
+    another version, shown; the others stay (a failed reply with no text is replaced). The
+    question is not sent twice; `use_web` as first sent unless given. `retry` is the same."""
     use_web = body.use_web if body else None
     if use_web is None:
         use_web = await turn_store.used_web(services_of(request).database.pool, message_id)
-    return await _stream(request, chat_id, "", use_web, retry=message_id)
+    return await _stream(request, chat_id, "", use_web, regenerate=message_id)
+
+
+@router.patch("/chats/{chat_id}/messages/{message_id}")
+async def edit_message(
+    request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: MessageIn
+) -> Response:
+    """Edit one of your messages: the new text is another version of it, answered on a branch of
+    its own (streamed like a new message); the old branch stays, one version away."""
+    return await _stream(request, chat_id, body.content, body.use_web, edit=message_id)
+
+
+@router.post("/chats/{chat_id}/messages/{message_id}/show")
+async def show_version(
+    request: Request, chat_id: uuid.UUID, message_id: uuid.UUID
+) -> list[dict[str, Any]]:
+    """Show another version of a message (an id from its `versions`): the chat's branch through
+    it becomes the one shown, and read by the next reply. Answers the branch's messages, like
+    `GET …/messages`. 409 while a reply is being written in the chat."""
+    pool = services_of(request).database.pool
+    if await chat_store.show_version(pool, chat_id, message_id) is None:
+        await _chat_or_404(request, chat_id)
+        if await chat_store.get_message(pool, chat_id, message_id) is None:
+            raise HTTPException(404, f"No message with id {message_id} in this chat")
+        raise HTTPException(409, "A reply is being written in this chat; wait for it or stop it.")
+    return await list_messages(request, chat_id)
 
 
 @router.get("/chats/{chat_id}/stream")

@@ -44,8 +44,8 @@ class ChatBusy(RuntimeError):
     """Another reply is being written in this chat (by this or another server process)."""
 
 
-class NotRetryable(ValueError):
-    """A retry named a message that is not the chat's last, or whose reply completed."""
+class MessageNotFound(LookupError):
+    """A regenerate or an edit named a message that is not (or not a question) in this chat."""
 
 
 @dataclass
@@ -76,12 +76,15 @@ async def start_turn(
     use_web: bool,
     temporary: bool = False,
     wake_memory: Callable[[], None] | None = None,
-    retry: uuid.UUID | None = None,
+    regenerate: uuid.UUID | None = None,
+    edit: uuid.UUID | None = None,
 ) -> Turn:
-    """Create/claim the chat and save the user's message; raises ChatNotFound or ChatBusy.
-    `temporary` makes a new chat one that neither reads nor writes memory. `retry`: answer this
-    user message again instead (the chat's last one, whose reply failed or was stopped: that reply
-    is replaced; NotRetryable otherwise); `content` is then unused."""
+    """Create/claim the chat and save the user's message; raises ChatNotFound, ChatBusy or
+    MessageNotFound. `temporary` makes a new chat one that neither reads nor writes memory.
+
+    `regenerate`: answer this message again (a question, or the question of a reply): its new
+    reply is another version, the others stay; `content` is then unused. `edit`: `content` is a
+    new version of this question, answered on a branch of its own (the old branch stays)."""
     pool = services.database.pool
     run_id = uuid.uuid4()
     paused = await memory_paused(pool)
@@ -100,23 +103,14 @@ async def start_turn(
     if claimed["previous_run_id"] is not None:  # the last reply's server died while writing it
         await recover_turn(services, claimed["previous_run_id"])
     try:
-        if retry is None:
-            message = await chat_store.add_message(pool, chat_id, "user", content)
-        else:
-            message = await chat_store.reopen_last_question(pool, chat_id, retry)
-            if message is None:
-                raise NotRetryable(
-                    "Only the last message of a chat can be answered again, and only when its"
-                    " reply failed or was stopped."
-                )
-            content = message["content"]
+        message = await _question(pool, chat_id, content, regenerate, edit)
     except BaseException:
         await chat_store.release_chat_run(pool, chat_id, run_id)
         raise
-    if retry is None:
-        log.info("Chat %s: user message saved (%d chars)", short_id(chat_id), len(content))
-    else:
-        log.info("Chat %s: answering the last message again", short_id(chat_id))
+    content = message["content"]
+    what = "answering a message again" if regenerate else "edited message saved" if edit else None
+    log.info("Chat %s: %s (%d chars)", short_id(chat_id), what or "user message saved",
+             len(content))  # fmt: skip
     if claimed["temporary"] or paused:
         memory = "off"
     else:
@@ -125,6 +119,7 @@ async def start_turn(
         services=services,
         chat_id=chat_id,
         user_message_id=message["message_id"],
+        run_id=run_id,
         user_text=content,
         trace_id=str(message["message_id"]),
         started=time.monotonic(),
@@ -132,6 +127,28 @@ async def start_turn(
         wake_memory=wake_memory or (lambda: None),
     )
     return Turn(context, run_id, content, use_web, new_chat)
+
+
+async def _question(
+    pool: Any,
+    chat_id: uuid.UUID,
+    content: str,
+    regenerate: uuid.UUID | None,
+    edit: uuid.UUID | None,
+) -> dict[str, Any]:
+    """The user message this turn answers, saved (or, for a regenerate, found)."""
+    if regenerate is not None:
+        message = await chat_store.reanswer(pool, chat_id, regenerate)
+        if message is None:
+            raise MessageNotFound(f"No message with id {regenerate} in this chat")
+        return message
+    parent: Any = chat_store.HEAD
+    if edit is not None:
+        original = await chat_store.get_message(pool, chat_id, edit)
+        if original is None or original["role"] != "user":
+            raise MessageNotFound(f"No message of yours with id {edit} in this chat")
+        parent = original["parent_id"]  # a sibling: another version of that question
+    return await chat_store.add_message(pool, chat_id, "user", content, parent=parent)
 
 
 async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:

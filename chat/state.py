@@ -26,6 +26,7 @@ class TurnContext:
     services: Services
     chat_id: uuid.UUID
     user_message_id: uuid.UUID
+    run_id: uuid.UUID  # this turn's: its reply is saved under it (one reply per turn)
     user_text: str  # what the user typed
     trace_id: str
     started: float  # time.monotonic() when the turn began, for step timings

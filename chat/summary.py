@@ -95,20 +95,23 @@ async def fold_summary(services: Services, chat_id: uuid.UUID, trace_id: str | N
     if chat is None:  # deleted meanwhile
         return False
     previous_upto = chat["summary_upto_message_id"]
-    pending = await chat_store.messages_after(pool, chat_id, previous_upto)
+    pending, covered = await chat_store.branch_after(pool, chat_id, previous_upto)
     if len(pending) < FOLD_AT_UNSUMMARISED:
         return False
     to_fold = pending[:FOLD_MESSAGES]
+    # A summary of another branch (another version of an earlier message is shown) is not
+    # built on: the branch shown is folded from its start.
+    previous_summary = chat["summary"] if covered else None
     already = 0
-    if previous_upto is not None:
-        already = await chat_store.count_messages_upto(pool, chat_id, previous_upto)
+    if covered:
+        already = await chat_store.branch_position(pool, chat_id, previous_upto)
     words = summary_words(already + len(to_fold))
     started = time.monotonic()
     try:
         response = await services.router.acompletion(
             model="utility",
             messages=summary_request(
-                chat["summary"],
+                previous_summary,
                 [(m["role"], m["content"]) for m in to_fold if m["content"].strip()],
                 words,
             ),

@@ -303,7 +303,7 @@ async def _follow_from_database(
             abandoned_since = time.monotonic()
         elif time.monotonic() - abandoned_since > ABANDONED_SECONDS:  # its process died
             await recover_turn(services, run_id)
-            reply = await chat_store.reply_of(pool, turn["user_message_id"])
+            reply = await chat_store.reply_of_run(pool, run_id)
             if reply is not None and reply["status"] == "complete":  # it ended just before
                 yield seen + 1, {"type": "done", "message_id": str(reply["message_id"])}
             else:

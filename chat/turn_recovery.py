@@ -31,7 +31,7 @@ async def recover_turn(services: Services, run_id: uuid.UUID | None = None) -> b
     if stale is None:
         return False
     async with pool.connection() as conn, conn.transaction():
-        if await chat_store.reply_of(conn, stale["user_message_id"]) is not None:
+        if await chat_store.reply_of_run(conn, stale["run_id"]) is not None:
             return True  # it ended normally just before its process went away
         events = [event for _, event in await turn_store.events_after(conn, stale["run_id"], 0)]
         text = "".join(e.get("text", "") for e in events if e.get("type") == "token")
@@ -41,6 +41,7 @@ async def recover_turn(services: Services, run_id: uuid.UUID | None = None) -> b
             await chat_store.add_message(
                 conn, stale["chat_id"], "assistant", text, status="interrupted",
                 sources=sources, steps=steps, reply_to=stale["user_message_id"],
+                run_id=stale["run_id"],
                 error="The server stopped while writing this reply.",
             )  # fmt: skip
             await memory_jobs.enqueue(conn, stale["user_message_id"], stale["chat_id"])

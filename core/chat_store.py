@@ -9,6 +9,11 @@ Rows come back as dicts keyed by column name; ids are `uuid.UUID`; `sources`, `s
 Message statuses: 'complete', 'interrupted' (stopped by the user or a dropped connection),
 'error' (see the `error` column) and 'streaming' (a reply saved while still being written; the
 writer updates it with `update_message` when it ends).
+
+A chat's messages form a tree (migration 0007): each message's `parent_id` is the one before it on
+its branch. Regenerating a reply adds a sibling reply to its question; editing a question adds a
+sibling question. Siblings are each other's versions; `head_id` is the last message of the branch
+shown, and the branch (root to head) is what the screen and the prompt read.
 """
 
 from __future__ import annotations
@@ -28,8 +33,28 @@ STATUSES = ("complete", "interrupted", "error", "streaming")
 
 _MESSAGE_COLUMNS = (
     "message_id, chat_id, role, content, status, sources, steps, tool_calls, error, sent_at,"
-    " memory_ids, reply_to"
+    " memory_ids, reply_to, parent_id"
 )
+# The chat's head: the message `head_id` names, or its latest message if that one is gone
+# (head_id is no foreign key, see migration 0007). `c` is the chats row.
+_HEAD = (
+    "COALESCE((SELECT h.message_id FROM messages AS h"
+    "  WHERE h.message_id = c.head_id AND h.chat_id = c.chat_id),"
+    " (SELECT l.message_id FROM messages AS l WHERE l.chat_id = c.chat_id"
+    "  ORDER BY l.sent_at DESC, l.message_id DESC LIMIT 1))"
+)
+# The branch shown: from the head up to the root (`depth` 0 is the head), or up to and including
+# %(stop)s when that message is on it.
+_BRANCH = (
+    "WITH RECURSIVE branch AS ("
+    f" SELECT m.*, 0 AS depth FROM chats AS c JOIN messages AS m ON m.message_id = {_HEAD}"
+    "  WHERE c.chat_id = %(chat)s"
+    " UNION ALL"
+    " SELECT m.*, b.depth + 1 FROM branch AS b JOIN messages AS m ON m.message_id = b.parent_id"
+    "  WHERE b.message_id IS DISTINCT FROM %(stop)s::uuid)"
+)
+_BRANCH_COLUMNS = ", ".join(f"b.{name}" for name in _MESSAGE_COLUMNS.split(", "))
+HEAD = "head"  # add_message(parent=HEAD): after the chat's head, where a new message goes
 
 
 class ChatNotFound(LookupError):
@@ -180,29 +205,46 @@ async def add_message(
     error: str | None = None,
     memory_ids: list[uuid.UUID] | None = None,
     reply_to: uuid.UUID | None = None,
+    run_id: uuid.UUID | None = None,
+    parent: uuid.UUID | str | None = HEAD,
 ) -> dict[str, Any]:
-    """Append a message and mark the chat as just used; raises `ChatNotFound`. `memory_ids`: the
+    """Add a message and mark the chat as just used; raises `ChatNotFound`. `memory_ids`: the
     memories recalled or retrieved for an assistant reply.
 
-    `reply_to` (an assistant reply's user message) makes it the one reply to that message: a
-    reply saved before is replaced, unless it is complete, which then stays and is returned."""
+    Where it goes: a reply (`reply_to`, its user message) under that message; a user message
+    after the chat's head (`parent=HEAD`), or after `parent` (an edited question's version: the
+    same parent as the question it replaces, None for a first question). A user message becomes
+    the chat's head; a reply too if its question is the head (another branch may be shown).
+
+    `run_id` (the turn writing a reply) makes it the one reply of that turn: a reply the turn
+    saved before is replaced, unless it is complete, which then stays and is returned."""
     _check_choice(role, ROLES, "role")
     _check_choice(status, STATUSES, "status")
+    if reply_to is not None:
+        parent = reply_to
     try:
-        # One statement: the chat is touched and the message added together, or neither (no chat).
+        # One statement: the message is added and the chat touched (its head moved) together, or
+        # neither (no chat).
         message = await fetch_one(
             db,
-            "WITH chat AS (UPDATE chats SET updated_at = now() WHERE chat_id = %(chat)s"
-            " RETURNING chat_id)"
-            " INSERT INTO messages (chat_id, role, content, status, sources, steps, tool_calls,"
-            " error, memory_ids, reply_to)"
-            " SELECT chat_id, %(role)s, %(content)s, %(status)s, %(sources)s, %(steps)s,"
-            " %(tool_calls)s, %(error)s, %(memory_ids)s, %(reply_to)s FROM chat"
-            " ON CONFLICT (reply_to) WHERE reply_to IS NOT NULL DO UPDATE SET"
-            " content = EXCLUDED.content, status = EXCLUDED.status, sources = EXCLUDED.sources,"
-            " steps = EXCLUDED.steps, tool_calls = EXCLUDED.tool_calls, error = EXCLUDED.error,"
-            " memory_ids = EXCLUDED.memory_ids WHERE messages.status <> 'complete'"
-            f" RETURNING {_MESSAGE_COLUMNS}",
+            "WITH chat AS (SELECT c.chat_id,"
+            f"  CASE WHEN %(at_head)s THEN {_HEAD} ELSE %(parent)s::uuid END AS parent_id"
+            "  FROM chats AS c WHERE c.chat_id = %(chat)s),"
+            " added AS (INSERT INTO messages (chat_id, role, content, status, sources, steps,"
+            "  tool_calls, error, memory_ids, reply_to, parent_id, run_id)"
+            "  SELECT chat_id, %(role)s, %(content)s, %(status)s, %(sources)s, %(steps)s,"
+            "  %(tool_calls)s, %(error)s, %(memory_ids)s, %(reply_to)s, parent_id, %(run)s"
+            "  FROM chat"
+            "  ON CONFLICT (run_id) WHERE run_id IS NOT NULL DO UPDATE SET"
+            "  content = EXCLUDED.content, status = EXCLUDED.status, sources = EXCLUDED.sources,"
+            "  steps = EXCLUDED.steps, tool_calls = EXCLUDED.tool_calls, error = EXCLUDED.error,"
+            "  memory_ids = EXCLUDED.memory_ids WHERE messages.status <> 'complete'"
+            f"  RETURNING {_MESSAGE_COLUMNS}),"
+            " moved AS (UPDATE chats AS c SET updated_at = now(), head_id = CASE"
+            "  WHEN added.role = 'user' OR c.head_id IS NOT DISTINCT FROM added.parent_id"
+            "  THEN added.message_id ELSE c.head_id END"
+            "  FROM added WHERE c.chat_id = added.chat_id)"
+            " SELECT * FROM added",
             {
                 "chat": chat_id,
                 "role": role,
@@ -214,42 +256,74 @@ async def add_message(
                 "error": error,
                 "memory_ids": list(memory_ids or []),
                 "reply_to": reply_to,
+                "run": run_id,
+                "at_head": parent == HEAD,
+                "parent": None if parent == HEAD else parent,
             },
         )
     except psycopg.errors.ForeignKeyViolation:  # the chat (or the message) was deleted meanwhile
         raise ChatNotFound(f"No chat {chat_id}") from None
-    if message is None and reply_to is not None:  # a complete reply was there first
-        message = await fetch_one(
-            db,
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE reply_to = %s AND chat_id = %s",
-            (reply_to, chat_id),
-        )
+    if message is None and run_id is not None:  # a complete reply was there first
+        message = await reply_of_run(db, run_id)
     if message is None:
         raise ChatNotFound(f"No chat {chat_id}")
     return message
 
 
-async def reply_of(db: Db, user_message_id: uuid.UUID) -> dict[str, Any] | None:
-    """The reply saved for a user message, if any."""
+async def get_message(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> dict[str, Any] | None:
     return await fetch_one(
-        db, f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE reply_to = %s", (user_message_id,)
+        db,
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE message_id = %s AND chat_id = %s",
+        (message_id, chat_id),
     )
 
 
-async def reopen_last_question(
-    db: Db, chat_id: uuid.UUID, message_id: uuid.UUID
-) -> dict[str, Any] | None:
-    """For a retry: the chat's last user message, if it is `message_id` and its reply (if any) did
-    not complete; that reply is deleted, as the retry's replaces it. None otherwise."""
+async def reply_of_run(db: Db, run_id: uuid.UUID) -> dict[str, Any] | None:
+    """The reply a turn saved, if any."""
+    return await fetch_one(
+        db, f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE run_id = %s", (run_id,)
+    )
+
+
+async def reanswer(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> dict[str, Any] | None:
+    """For a regenerate: the user message to answer again (`message_id` itself, or the question
+    the reply `message_id` answers), made the chat's head so that the new reply is the one shown;
+    None if it is not a message of this chat. Its failed replies with no text and nothing after
+    them are deleted (nothing to keep); every other reply stays, as a version."""
     return await fetch_one(
         db,
         "WITH question AS ("
         f" SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %(chat)s AND role = 'user'"
-        " ORDER BY sent_at DESC, message_id DESC LIMIT 1),"
-        " failed AS (DELETE FROM messages WHERE reply_to = %(message)s AND status <> 'complete'"
-        "  AND EXISTS (SELECT 1 FROM question WHERE message_id = %(message)s))"
-        " SELECT * FROM question WHERE message_id = %(message)s AND NOT EXISTS ("
-        "  SELECT 1 FROM messages WHERE reply_to = %(message)s AND status = 'complete')",
+        "  AND message_id = (SELECT CASE WHEN role = 'user' THEN message_id ELSE reply_to END"
+        "   FROM messages WHERE message_id = %(message)s AND chat_id = %(chat)s)),"
+        " dropped AS (DELETE FROM messages AS r"
+        "  WHERE r.reply_to = (SELECT message_id FROM question)"
+        "  AND r.status = 'error' AND r.content = ''"
+        "  AND NOT EXISTS (SELECT 1 FROM messages AS k WHERE k.parent_id = r.message_id)),"
+        " moved AS (UPDATE chats SET head_id = (SELECT message_id FROM question)"
+        "  WHERE chat_id = %(chat)s AND EXISTS (SELECT 1 FROM question))"
+        " SELECT * FROM question",
+        {"chat": chat_id, "message": message_id},
+    )
+
+
+async def show_version(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> dict[str, Any] | None:
+    """Show the branch through `message_id` (a version the user picked): the head moves to the
+    latest message under it, following the newest reply or question at each step. None if it is
+    not a message of this chat, or a reply is being written in the chat."""
+    return await fetch_one(
+        db,
+        "WITH RECURSIVE down AS ("
+        " SELECT message_id, 0 AS depth FROM messages"
+        "  WHERE message_id = %(message)s AND chat_id = %(chat)s"
+        " UNION ALL"
+        " SELECT child.message_id, down.depth + 1 FROM down CROSS JOIN LATERAL ("
+        "  SELECT k.message_id FROM messages AS k WHERE k.parent_id = down.message_id"
+        "  ORDER BY k.sent_at DESC, k.message_id DESC LIMIT 1) AS child)"
+        " UPDATE chats SET head_id = (SELECT message_id FROM down ORDER BY depth DESC LIMIT 1)"
+        " WHERE chat_id = %(chat)s AND EXISTS (SELECT 1 FROM down)"
+        "  AND (run_id IS NULL OR run_expires_at < now())"
+        " RETURNING chat_id, head_id",
         {"chat": chat_id, "message": message_id},
     )
 
@@ -292,25 +366,48 @@ async def update_message(
 
 
 async def list_messages(db: Db, chat_id: uuid.UUID) -> list[dict[str, Any]]:
-    """Every message of the chat, oldest first."""
+    """The messages of the branch shown, oldest first, each with its `versions`: the ids of
+    itself and its siblings (same parent, same role), oldest first."""
     return await fetch_all(
         db,
-        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s ORDER BY sent_at, message_id",
-        (chat_id,),
+        f"{_BRANCH} SELECT {_BRANCH_COLUMNS},"
+        " (SELECT array_agg(v.message_id ORDER BY v.sent_at, v.message_id) FROM messages AS v"
+        "  WHERE v.chat_id = b.chat_id AND v.role = b.role"
+        "  AND v.parent_id IS NOT DISTINCT FROM b.parent_id) AS versions"
+        " FROM branch AS b ORDER BY b.depth DESC",
+        {"chat": chat_id, "stop": None},
     )
 
 
-async def count_messages_upto(db: Db, chat_id: uuid.UUID, upto_message_id: uuid.UUID) -> int:
-    """How many messages of the chat were sent up to `upto_message_id`, it included (0 if it is not
-    a message of this chat), in the order of `list_messages`."""
+async def branch_after(
+    db: Db, chat_id: uuid.UUID, after_message_id: uuid.UUID | None
+) -> tuple[list[dict[str, Any]], bool]:
+    """The messages of the branch shown after `after_message_id`, oldest first, and whether that
+    message is on the branch. If it is not (None, deleted, or on another branch: the user picked
+    another version before it), every message of the branch is returned: what a summary up to it
+    says belongs to another branch."""
+    rows = await fetch_all(
+        db,
+        f"{_BRANCH} SELECT {_BRANCH_COLUMNS} FROM branch AS b ORDER BY b.depth DESC",
+        {"chat": chat_id, "stop": after_message_id},
+    )
+    if after_message_id is not None and rows and rows[0]["message_id"] == after_message_id:
+        return rows[1:], True
+    return rows, False
+
+
+async def branch_position(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> int:
+    """How many messages lead to `message_id` on its branch, it included (0 if it is not a message
+    of this chat)."""
     row = await fetch_one(
         db,
-        "SELECT count(*) AS n FROM messages AS m"
-        " JOIN messages AS boundary"
-        "  ON boundary.message_id = %(upto)s AND boundary.chat_id = %(chat)s"
-        " WHERE m.chat_id = %(chat)s"
-        "  AND (m.sent_at, m.message_id) <= (boundary.sent_at, boundary.message_id)",
-        {"chat": chat_id, "upto": upto_message_id},
+        "WITH RECURSIVE up AS ("
+        " SELECT message_id, parent_id FROM messages WHERE message_id = %s AND chat_id = %s"
+        " UNION ALL"
+        " SELECT m.message_id, m.parent_id FROM up"
+        "  JOIN messages AS m ON m.message_id = up.parent_id)"
+        " SELECT count(*) AS n FROM up",
+        (message_id, chat_id),
     )
     return int(row["n"]) if row else 0
 
@@ -326,39 +423,15 @@ async def recent_messages(db: Db, chat_id: uuid.UUID, limit: int = 10) -> list[d
     )
 
 
-async def messages_after(
-    db: Db, chat_id: uuid.UUID, after_message_id: uuid.UUID | None
-) -> list[dict[str, Any]]:
-    """Messages sent after `after_message_id` (all of them if None), oldest first.
-
-    Used for the part of a chat not yet folded into its summary. If `after_message_id` is not a
-    message of this chat (e.g. it was deleted), every message is returned: better to resend too
-    much than to silently drop part of the conversation.
-    """
-    # Compare (sent_at, message_id) like the ORDER BY does, so a tie on sent_at cannot drop or
-    # repeat a message at the boundary.
-    columns = ", ".join(f"m.{name}" for name in _MESSAGE_COLUMNS.split(", "))
-    return await fetch_all(
-        db,
-        f"SELECT {columns} FROM messages AS m"
-        " LEFT JOIN messages AS boundary"
-        "  ON boundary.message_id = %(after)s AND boundary.chat_id = %(chat)s"
-        " WHERE m.chat_id = %(chat)s AND (boundary.message_id IS NULL"
-        "  OR (m.sent_at, m.message_id) > (boundary.sent_at, boundary.message_id))"
-        " ORDER BY m.sent_at, m.message_id",
-        {"chat": chat_id, "after": after_message_id},
-    )
-
-
 async def user_message_in_context(db: Db, message_id: uuid.UUID) -> dict[str, Any] | None:
     """A user message with what memory extraction needs around it: its chat's `temporary` flag
-    and the assistant's reply just before it (`previous_reply`, None for a first message)."""
+    and the assistant's reply just before it on its branch (`previous_reply`, None for a first
+    message)."""
     return await fetch_one(
         db,
         "SELECT m.message_id, m.chat_id, m.content, m.sent_at, c.temporary,"
-        " (SELECT p.content FROM messages AS p WHERE p.chat_id = m.chat_id AND p.role = 'assistant'"
-        "  AND (p.sent_at, p.message_id) < (m.sent_at, m.message_id)"
-        "  ORDER BY p.sent_at DESC, p.message_id DESC LIMIT 1) AS previous_reply"
+        " (SELECT p.content FROM messages AS p WHERE p.message_id = m.parent_id"
+        "  AND p.role = 'assistant') AS previous_reply"
         " FROM messages AS m JOIN chats AS c USING (chat_id)"
         " WHERE m.message_id = %s AND m.role = 'user'",
         (message_id,),

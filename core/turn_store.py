@@ -34,11 +34,14 @@ async def create_turn(
 
 
 async def used_web(db: Db, user_message_id: uuid.UUID) -> bool:
-    """Whether the latest answer to this message was asked to use the web."""
+    """Whether the latest answer to this message (a question, or the question of this reply) was
+    asked to use the web."""
     row = await fetch_one(
         db,
-        "SELECT use_web FROM turns WHERE user_message_id = %s ORDER BY started_at DESC LIMIT 1",
-        (user_message_id,),
+        "SELECT use_web FROM turns WHERE user_message_id = COALESCE("
+        " (SELECT reply_to FROM messages WHERE message_id = %(m)s), %(m)s)"
+        " ORDER BY started_at DESC LIMIT 1",
+        {"m": user_message_id},
     )
     return bool(row and row["use_web"])
 

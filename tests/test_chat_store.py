@@ -154,13 +154,15 @@ async def test_recent_messages_and_the_summary_window(pool: AsyncConnectionPool)
     assert [m["content"] for m in recent] == ["m2", "m3", "m4", "m5"]  # latest four, oldest first
     assert len(await chat_store.recent_messages(pool, chat["chat_id"])) == 6
 
-    everything = await chat_store.messages_after(pool, chat["chat_id"], None)
-    assert [m["message_id"] for m in everything] == ids
-    after = await chat_store.messages_after(pool, chat["chat_id"], ids[2])
-    assert [m["content"] for m in after] == ["m3", "m4", "m5"]
-    assert await chat_store.messages_after(pool, chat["chat_id"], ids[-1]) == []
+    everything, found = await chat_store.branch_after(pool, chat["chat_id"], None)
+    assert [m["message_id"] for m in everything] == ids and not found
+    after, found = await chat_store.branch_after(pool, chat["chat_id"], ids[2])
+    assert [m["content"] for m in after] == ["m3", "m4", "m5"] and found
+    assert await chat_store.branch_after(pool, chat["chat_id"], ids[-1]) == ([], True)
     # An id from elsewhere does not hide any of this chat's messages.
-    assert len(await chat_store.messages_after(pool, chat["chat_id"], uuid.uuid4())) == 6
+    after, found = await chat_store.branch_after(pool, chat["chat_id"], uuid.uuid4())
+    assert len(after) == 6 and not found
+    assert await chat_store.branch_position(pool, chat["chat_id"], ids[2]) == 3
 
     assert await chat_store.set_summary(pool, chat["chat_id"], "They said hello.", ids[2])
     stored = await chat_store.get_chat(pool, chat["chat_id"])

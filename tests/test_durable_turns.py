@@ -207,17 +207,17 @@ async def test_start_up_recovers_what_a_dead_server_left(chat_services: Services
     await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
     await turn_store.append_events(pool, run_id, [(1, {"type": "token", "text": "Hi"})])
     async with serve_app(create_app(services=chat_services)):  # its start-up recovers it
-        reply = await chat_store.reply_of(pool, question["message_id"])
+        reply = await chat_store.reply_of_run(pool, run_id)
     assert reply is not None and (reply["status"], reply["content"]) == ("interrupted", "Hi")
 
 
-async def test_one_reply_per_user_message_whichever_path_saves_it(
+async def test_one_reply_per_turn_whichever_path_saves_it(
     chat_services: Services,
 ) -> None:
     pool = chat_services.database.pool
     chat = await chat_store.create_chat(pool, "one reply")
     question = await chat_store.add_message(pool, chat["chat_id"], "user", "Hi")
-    reply = {"reply_to": question["message_id"]}
+    reply = {"reply_to": question["message_id"], "run_id": uuid.uuid4()}
     first = await chat_store.add_message(
         pool, chat["chat_id"], "assistant", "Hel", status="interrupted", **reply
     )
@@ -342,7 +342,7 @@ async def test_a_reply_whose_chat_another_server_took_over_ends_with_an_error(
     assert "another server took this chat over" in events[-1]["message"]
 
 
-async def test_retry_answers_the_last_question_again_in_place_of_its_failed_reply(
+async def test_retry_answers_the_question_again_in_place_of_its_failed_reply(
     client, chat_services: Services, model
 ) -> None:
     model.push({"error": "service unavailable"})
@@ -361,14 +361,19 @@ async def test_retry_answers_the_last_question_again_in_place_of_its_failed_repl
     assert [(m["role"], m["status"], m["content"]) for m in saved] == [
         ("user", "complete", "Are you there?"), ("assistant", "complete", "Yes."),
     ]  # fmt: skip
-    # A reply that completed is not replaced, nor is an earlier message answered again.
-    response = await client.post(retry_path, json={})
-    assert response.status_code == 409 and "only when its reply failed" in response.json()["error"]
-    model.push({"text": "Second."})
-    await send(client, "And another", chat_id)
-    assert (await client.post(retry_path, json={})).status_code == 409
-    unknown = f"/api/chats/{uuid.uuid4()}/messages/{question}/retry"
-    assert (await client.post(unknown, json={})).status_code == 404
+    # The failed reply (no text) was replaced; a reply that completed is kept as a version.
+    model.push({"text": "Yes, still."})
+    async with client.stream("POST", retry_path, json={}) as r:
+        assert r.status_code == 200 and [e async for e in read_events(r)][-1]["type"] == "done"
+    saved = await messages_of(client, chat_id)
+    assert [m["content"] for m in saved] == ["Are you there?", "Yes, still."]
+    assert len(saved[1]["versions"]) == 2
+    for path in (
+        f"/api/chats/{uuid.uuid4()}/messages/{question}/retry",
+        f"/api/chats/{chat_id}/messages/{uuid.uuid4()}/retry",
+    ):
+        response = await client.post(path, json={})
+        assert response.status_code == 404 and "error" in response.json()
 
 
 async def test_retry_keeps_use_web_as_first_sent(client, chat_services: Services) -> None:

@@ -355,6 +355,7 @@ async def turn_config(
         services=services,  # type: ignore[arg-type]  # what the tools use of Services
         chat_id=chat_id,
         user_message_id=message["message_id"],
+        run_id=uuid.uuid4(),
         user_text=said,
         trace_id="test",
         started=time.monotonic(),

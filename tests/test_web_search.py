@@ -235,6 +235,7 @@ async def test_a_fourth_search_is_refused(chat_services) -> None:
         services=chat_services,
         chat_id=uuid.uuid4(),
         user_message_id=uuid.uuid4(),
+        run_id=uuid.uuid4(),
         user_text="?",
         trace_id="t",
         started=time.monotonic(),
