@@ -63,10 +63,12 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     (summary, history), recalled = await asyncio.gather(
         _unsummarised(pool, turn.chat_id), recall_memories(turn, state["user_text"])
     )
+    continues = turn.continues or {}
     earlier = [
         {"role": m["role"], "content": _with_sources(m["content"], m["sources"])}
         for m in history
-        if m["message_id"] != turn.user_message_id and m["content"].strip()
+        if m["message_id"] not in (turn.user_message_id, continues.get("message_id"))
+        and m["content"].strip()
     ][-MAX_HISTORY_MESSAGES:]
     system = chat_instructions(datetime.now(UTC), summary, memory=turn.memory)
     question = user_turn(state["user_text"], state.get("use_web", False), recalled)
@@ -75,6 +77,11 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         *earlier,
         {"role": "user", "content": question},
     ]
+    if continues:  # the reply so far, and the request to go on from where it stopped
+        messages += [
+            {"role": "assistant", "content": continues["content"]},
+            {"role": "user", "content": CONTINUE_REQUEST},
+        ]
     log.info(
         "Chat %s: prompt built (%d earlier messages%s%s)",
         short_id(turn.chat_id),
@@ -82,7 +89,12 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         ", with summary" if summary else "",
         f", {len(recalled)} memories" if recalled else "",
     )
-    return {"messages": messages, "model_calls": 0, "reply": ""}
+    return {
+        "messages": messages,
+        "model_calls": 0,
+        "reply": continues.get("content", ""),
+        "sources": continues.get("sources", []),
+    }
 
 
 async def _unsummarised(pool: Any, chat_id: uuid.UUID) -> tuple[str | None, list[dict[str, Any]]]:
@@ -135,8 +147,11 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     tool_choice = {"type": "function", "function": {"name": "web_search"}} if force_search else None
     step_event(turn, "Thinking" if calls == 1 else "Thinking about what the tools found")
     reply = state.get("reply", "")
-    separator = "\n\n" if reply else ""
+    # A new paragraph after what a tool step wrote; none inside a reply being continued.
+    separator = "\n\n" if reply and not (calls == 1 and turn.continues) else ""
 
+    # A reply continued after a space: the model's own leading space would make it two.
+    trim = calls == 1 and bool(turn.continues) and reply[-1:].isspace()
     started = time.monotonic()
     messages = list(state["messages"])
     markup = ToolCallStreamFilter(set(names) if tools else set())
@@ -156,6 +171,9 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
                 finish = choice.finish_reason or finish
                 streamed.add_tool_calls(choice.delta.tool_calls)
                 text = markup.feed(choice.delta.content or "")
+                if trim and text:
+                    text = text.lstrip()
+                    trim = not text
                 if text:
                     shown.append(text)
                     reply, separator = _show(reply, separator, text)

@@ -109,6 +109,7 @@ async def _stream(
     temporary: bool = False,
     regenerate: uuid.UUID | None = None,
     edit: uuid.UUID | None = None,
+    resume: uuid.UUID | None = None,
 ) -> Response:
     services = services_of(request)
     if use_web and services.search_provider is None:
@@ -123,6 +124,7 @@ async def _stream(
             wake_memory=request.app.state.memory_worker.wake,
             regenerate=regenerate,
             edit=edit,
+            resume=resume,
         )
     except (ChatNotFound, MessageNotFound) as error:
         raise HTTPException(404, str(error)) from None
@@ -197,6 +199,13 @@ async def edit_message(
     """Edit one of your messages: the new text is another version of it, answered on a branch of
     its own (streamed like a new message); the old branch stays, one version away."""
     return await _stream(request, chat_id, body.content, body.use_web, edit=message_id)
+
+
+@router.post("/chats/{chat_id}/messages/{message_id}/continue")
+async def continue_reply(request: Request, chat_id: uuid.UUID, message_id: uuid.UUID) -> Response:
+    """Continue a reply that was stopped or failed (the chat's last): the stream starts with its
+    text so far and goes on from there; the whole is saved in its place. 404 for any other."""
+    return await _stream(request, chat_id, "", False, resume=message_id)
 
 
 @router.post("/chats/{chat_id}/messages/{message_id}/show")

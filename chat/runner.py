@@ -78,13 +78,16 @@ async def start_turn(
     wake_memory: Callable[[], None] | None = None,
     regenerate: uuid.UUID | None = None,
     edit: uuid.UUID | None = None,
+    resume: uuid.UUID | None = None,
 ) -> Turn:
     """Create/claim the chat and save the user's message; raises ChatNotFound, ChatBusy or
     MessageNotFound. `temporary` makes a new chat one that neither reads nor writes memory.
 
     `regenerate`: answer this message again (a question, or the question of a reply): its new
     reply is another version, the others stay; `content` is then unused. `edit`: `content` is a
-    new version of this question, answered on a branch of its own (the old branch stays)."""
+    new version of this question, answered on a branch of its own (the old branch stays).
+    `resume`: continue this reply (stopped or failed, the chat's last): the turn's reply starts
+    with its text and is saved in its place."""
     pool = services.database.pool
     run_id = uuid.uuid4()
     paused = await memory_paused(pool)
@@ -102,13 +105,24 @@ async def start_turn(
         raise ChatBusy("A reply is still being written in this chat; wait for it or stop it.")
     if claimed["previous_run_id"] is not None:  # the last reply's server died while writing it
         await recover_turn(services, claimed["previous_run_id"])
+    continues = None
     try:
-        message = await _question(pool, chat_id, content, regenerate, edit)
+        if resume is not None:
+            continues = await chat_store.resume_reply(pool, chat_id, resume, run_id)
+            if continues is None:
+                raise MessageNotFound(
+                    f"No reply with id {resume} to continue in this chat: only the last reply,"
+                    " stopped or failed with some text written, can be continued."
+                )
+        message = await _question(pool, chat_id, content, regenerate, edit, continues)
     except BaseException:
         await chat_store.release_chat_run(pool, chat_id, run_id)
         raise
     content = message["content"]
-    what = "answering a message again" if regenerate else "edited message saved" if edit else None
+    what = (
+        "continuing a reply" if continues else "answering a message again" if regenerate
+        else "edited message saved" if edit else None
+    )  # fmt: skip
     log.info("Chat %s: %s (%d chars)", short_id(chat_id), what or "user message saved",
              len(content))  # fmt: skip
     if claimed["temporary"] or paused:
@@ -123,6 +137,8 @@ async def start_turn(
         user_text=content,
         trace_id=str(message["message_id"]),
         started=time.monotonic(),
+        continues=continues,
+        steps=list(continues["steps"]) if continues else [],
         memory=memory,
         wake_memory=wake_memory or (lambda: None),
     )
@@ -135,8 +151,14 @@ async def _question(
     content: str,
     regenerate: uuid.UUID | None,
     edit: uuid.UUID | None,
+    continues: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The user message this turn answers, saved (or, for a regenerate, found)."""
+    """The user message this turn answers, saved (or, for a regenerate or a continue, found)."""
+    if continues is not None:
+        message = await chat_store.get_message(pool, chat_id, continues["reply_to"])
+        if message is None:
+            raise MessageNotFound("The question of this reply is gone")
+        return message
     if regenerate is not None:
         message = await chat_store.reanswer(pool, chat_id, regenerate)
         if message is None:
@@ -168,6 +190,12 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
         # Which message this answers: a reader that did not send it (a reload, another tab) and a
         # retry need it.
         yield {"type": "turn", "user_message_id": str(context.user_message_id)}
+        if context.continues is not None:
+            # A continued reply streams (and is saved) whole: its text so far comes first.
+            reply.append(context.continues["content"])
+            yield {"type": "token", "text": context.continues["content"]}
+            if context.continues["sources"]:
+                yield {"type": "sources", "sources": context.continues["sources"]}
         config = {"configurable": {"turn": context}, "recursion_limit": 40}
         state = {"user_text": turn.content, "use_web": turn.use_web}
         async for event in graph.astream(state, config, stream_mode="custom"):

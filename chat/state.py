@@ -30,6 +30,8 @@ class TurnContext:
     user_text: str  # what the user typed
     trace_id: str
     started: float  # time.monotonic() when the turn began, for step timings
+    # A continue: the reply being continued (its text so far starts this turn's reply).
+    continues: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = field(
         default_factory=list
     )  # progress lines, saved with the reply

@@ -31,7 +31,9 @@ async def recover_turn(services: Services, run_id: uuid.UUID | None = None) -> b
     if stale is None:
         return False
     async with pool.connection() as conn, conn.transaction():
-        if await chat_store.reply_of_run(conn, stale["run_id"]) is not None:
+        saved = await chat_store.reply_of_run(conn, stale["run_id"])
+        # (A reply being continued is there from the start, marked as being written.)
+        if saved is not None and saved["status"] != "streaming":
             return True  # it ended normally just before its process went away
         events = [event for _, event in await turn_store.events_after(conn, stale["run_id"], 0)]
         text = "".join(e.get("text", "") for e in events if e.get("type") == "token")

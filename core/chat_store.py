@@ -307,22 +307,45 @@ async def reanswer(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> dict[st
     )
 
 
-async def show_version(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> dict[str, Any] | None:
-    """Show the branch through `message_id` (a version the user picked): the head moves to the
-    latest message under it, following the newest reply or question at each step. None if it is
-    not a message of this chat, or a reply is being written in the chat."""
+async def resume_reply(
+    db: Db, chat_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """For a continue: the reply `message_id`, handed to the turn `run_id` (whose saves then go
+    to it) and marked as being written, made the chat's head. None unless it is a reply of this
+    chat that stopped or failed with some text written and nothing after it."""
     return await fetch_one(
         db,
-        "WITH RECURSIVE down AS ("
-        " SELECT message_id, 0 AS depth FROM messages"
-        "  WHERE message_id = %(message)s AND chat_id = %(chat)s"
+        "WITH resumed AS (UPDATE messages AS r SET run_id = %(run)s, status = 'streaming'"
+        "  WHERE r.message_id = %(message)s AND r.chat_id = %(chat)s AND r.role = 'assistant'"
+        "  AND r.status IN ('interrupted', 'error') AND r.content <> ''"
+        "  AND NOT EXISTS (SELECT 1 FROM messages AS k WHERE k.parent_id = r.message_id)"
+        f"  RETURNING {_MESSAGE_COLUMNS}),"
+        " moved AS (UPDATE chats SET head_id = (SELECT message_id FROM resumed)"
+        "  WHERE chat_id = %(chat)s AND EXISTS (SELECT 1 FROM resumed))"
+        " SELECT * FROM resumed",
+        {"chat": chat_id, "message": message_id, "run": run_id},
+    )
+
+
+async def show_version(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> dict[str, Any] | None:
+    """Show the branch through `message_id` (a version the user picked): the head moves to the
+    latest message under it, following at each step the version picked last (else the newest).
+    None if it is not a message of this chat, or a reply is being written in the chat."""
+    return await fetch_one(
+        db,
+        "WITH RECURSIVE free AS (SELECT chat_id FROM chats WHERE chat_id = %(chat)s"
+        "  AND (run_id IS NULL OR run_expires_at < now())),"
+        " picked AS (UPDATE messages SET chosen_at = clock_timestamp()"
+        "  WHERE message_id = %(message)s AND chat_id = (SELECT chat_id FROM free)"
+        "  RETURNING message_id),"
+        " down AS ("
+        " SELECT message_id, 0 AS depth FROM picked"
         " UNION ALL"
         " SELECT child.message_id, down.depth + 1 FROM down CROSS JOIN LATERAL ("
         "  SELECT k.message_id FROM messages AS k WHERE k.parent_id = down.message_id"
-        "  ORDER BY k.sent_at DESC, k.message_id DESC LIMIT 1) AS child)"
+        "  ORDER BY COALESCE(k.chosen_at, k.sent_at) DESC, k.message_id DESC LIMIT 1) AS child)"
         " UPDATE chats SET head_id = (SELECT message_id FROM down ORDER BY depth DESC LIMIT 1)"
-        " WHERE chat_id = %(chat)s AND EXISTS (SELECT 1 FROM down)"
-        "  AND (run_id IS NULL OR run_expires_at < now())"
+        " WHERE chat_id = (SELECT chat_id FROM free) AND EXISTS (SELECT 1 FROM picked)"
         " RETURNING chat_id, head_id",
         {"chat": chat_id, "message": message_id},
     )

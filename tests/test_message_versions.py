@@ -164,3 +164,63 @@ async def test_picking_a_version_needs_a_message_of_the_chat_and_no_reply_being_
         f"/api/chats/{chat['chat_id']}/messages/{question['message_id']}/show"
     )
     assert response.status_code == 409 and "being written" in response.json()["error"]
+
+
+async def test_continue_goes_on_from_where_a_stopped_reply_ended(
+    client, model, chat_services: Services
+) -> None:
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "continued")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "Count to four.")
+    sources = [{"n": 1, "title": "Numbers", "url": "https://example.org/n"}]
+    stopped = await chat_store.add_message(
+        pool, chat["chat_id"], "assistant", "One, two", status="interrupted", sources=sources,
+        reply_to=question["message_id"], run_id=uuid.uuid4(),
+    )  # fmt: skip
+    path = f"/api/chats/{chat['chat_id']}/messages/{stopped['message_id']}/continue"
+    model.push({"text": ", three, four."})
+    events = await stream(client, "POST", path)
+    # What streams is the whole reply: its text so far first, then the rest.
+    tokens = [e["text"] for e in events if e["type"] == "token"]
+    assert tokens[0] == "One, two" and "".join(tokens) == "One, two, three, four."
+    assert next(e for e in events if e["type"] == "sources")["sources"] == sources
+    assert events[-1]["message_id"] == str(stopped["message_id"])  # saved in its place
+    saved = await messages_of(client, chat["chat_id"])
+    assert [(m["content"], m["status"]) for m in saved] == [
+        ("Count to four.", "complete"), ("One, two, three, four.", "complete"),
+    ]  # fmt: skip
+    assert saved[1]["sources"] == sources and len(saved[1]["versions"]) == 1
+    prompt = chat_prompts(model)[-1]
+    assert contents(prompt[-3:-1]) == ["Count to four.", "One, two"]
+    assert prompt[-1]["role"] == "user" and "Continue" in prompt[-1]["content"]
+
+    # A complete reply, or one with messages after it, is not continued.
+    response = await client.post(path)
+    assert response.status_code == 404 and "can be continued" in response.json()["error"]
+    assert (
+        await client.post(path.replace(str(chat["chat_id"]), str(uuid.uuid4())))
+    ).status_code == 404
+
+
+async def test_a_continued_reply_whose_server_died_keeps_its_first_part(
+    chat_services: Services,
+) -> None:
+    from chat.turn_recovery import recover_turn
+    from core import turn_store
+
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "continued, then crashed")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "Count.")
+    stopped = await chat_store.add_message(
+        pool, chat["chat_id"], "assistant", "One", status="interrupted",
+        reply_to=question["message_id"], run_id=uuid.uuid4(),
+    )  # fmt: skip
+    run_id = uuid.uuid4()
+    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, -1)  # expired at once
+    assert await chat_store.resume_reply(pool, chat["chat_id"], stopped["message_id"], run_id)
+    await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
+    tokens = [(1, {"type": "token", "text": "One"}), (2, {"type": "token", "text": ", two"})]
+    await turn_store.append_events(pool, run_id, tokens)
+    assert await recover_turn(chat_services, run_id)
+    saved = await chat_store.list_messages(pool, chat["chat_id"])
+    assert [(m["content"], m["status"]) for m in saved[1:]] == [("One, two", "interrupted")]

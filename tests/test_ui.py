@@ -495,6 +495,71 @@ async def test_a_failed_reply_shows_the_error_and_retry_works(ui: UI, model) -> 
     await expect(page.locator(".msg-assistant")).to_have_count(2)
 
 
+async def test_a_stopped_reply_continues_from_where_it_ended(ui: UI, model) -> None:
+    words = " ".join(f"word{i}" for i in range(300))
+    model.push({"text": words, "delay": 0.04})
+    await ui.open()
+    page = ui.page
+    await ui.send("Write a very long text")
+    await expect(ui.assistant().locator(".markdown")).to_contain_text("word5")
+    await page.locator("#stop").click()
+    await expect(ui.assistant()).to_have_attribute("data-status", "interrupted")
+
+    model.push({"text": " and that is the end."})
+    await ui.assistant().get_by_role("button", name="Continue").click()
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    await expect(page.locator(".msg-assistant")).to_have_count(1)
+    text = (await ui.assistant().locator(".markdown").inner_text()).strip()
+    assert text.startswith("word0 word1 word2") and text.endswith("and that is the end.")
+    saved = await saved_messages(ui.url, chat_id_of(page))
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"),
+        ("assistant", "complete"),
+    ]
+    assert saved[1]["content"].strip() == text
+
+
+async def test_regenerate_and_edit_keep_every_version_one_click_away(ui: UI, model) -> None:
+    await ui.open()
+    page = ui.page
+    model.push({"text": "Blue."})
+    await ui.send("Name a colour.")
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+
+    # Regenerate: a new reply in place of the shown one, the first kept as version 1 of 2.
+    model.push({"text": "Green."})
+    await ui.assistant().get_by_role("button", name="Regenerate").click()
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Green.")
+    versions = ui.assistant().get_by_role("group", name="Versions")
+    await expect(versions).to_contain_text("2/2")
+    await expect(page.locator(".msg-assistant")).to_have_count(1)
+    await expect(page.locator(".msg-user")).to_have_count(1)
+    await versions.get_by_role("button", name="Previous version").click()
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Blue.")
+    await expect(ui.assistant().get_by_role("group", name="Versions")).to_contain_text("1/2")
+    await ui.shot("desktop-light-versions")
+    await page.reload()  # the version picked is the one the chat shows from now on
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Blue.")
+
+    # Edit the question: it and its reply give way to a new branch; the old one is one click away.
+    model.push({"text": "Red."})
+    question = page.locator(".msg-user").first
+    await question.hover()
+    await question.get_by_role("button", name="Edit message").click()
+    await page.get_by_role("textbox", name="Edit your message").fill("Name a warm colour.")
+    await page.locator(".msg-editor").get_by_role("button", name="Send").click()
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Red.")
+    await expect(page.locator(".msg-user .bubble")).to_have_text(["Name a warm colour."])
+    await expect(page.locator(".msg-user").get_by_role("group", name="Versions")).to_contain_text(
+        "2/2"
+    )
+    await page.locator(".msg-user").get_by_role("button", name="Previous version").click()
+    await expect(page.locator(".msg-user .bubble")).to_have_text(["Name a colour."])
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Blue.")
+    asked = [[m["content"] for m in c["messages"][1:]] for c in model.calls if c["model"] == "chat"]
+    assert asked == [["Name a colour."], ["Name a colour."], ["Name a warm colour."]]
+
+
 async def test_a_message_sent_while_the_summary_is_written_does_not_wait(
     ui: UI, model, chat_services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

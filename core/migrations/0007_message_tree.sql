@@ -4,6 +4,9 @@
 -- it on its branch (NULL for a chat's first question); the branch on screen, and in the prompt,
 -- is the path from the chat's head (the last message shown) up to the root.
 ALTER TABLE messages ADD COLUMN parent_id uuid REFERENCES messages ON DELETE CASCADE;
+-- When the user last picked this version (‹ › in the UI): going back to a branch shows the
+-- versions picked on it before, else the newest ones.
+ALTER TABLE messages ADD COLUMN chosen_at timestamptz;
 -- The turn that wrote a reply: one reply per turn (a turn's every save is an upsert on it).
 ALTER TABLE messages ADD COLUMN run_id uuid;
 -- Not a foreign key: chats and messages would reference each other, and deleting a chat

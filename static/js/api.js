@@ -53,6 +53,8 @@ export const api = {
     request("DELETE", forgetMemories ? `${chatPath(chatId)}?forget_memories=true` : chatPath(chatId)),
   /** Stop the reply being written in the chat, whichever server writes it (409: none is). */
   stop: (chatId) => request("POST", `${chatPath(chatId)}/stop`),
+  /** Show another version of a message: answers the messages of the branch now shown. */
+  showVersion: (chatId, messageId) => request("POST", `${chatPath(chatId)}/messages/${encodeURIComponent(messageId)}/show`),
 
   /** {memories, total, forget_token}, newest first; `q` matches content and quote. */
   memories: ({ q = "", limit = 50, offset = 0, includeSuperseded = false } = {}) =>
@@ -87,13 +89,32 @@ export async function postMessage(chatId, content, useWeb, signal, { temporary =
   });
 }
 
-/** Answer the chat's last message again (its reply failed or was stopped); `useWeb` null: as
- *  first sent. The same stream as `postMessage`. */
-export function retryMessage(chatId, messageId, useWeb, signal) {
-  return openEvents(`${chatPath(chatId)}/messages/${encodeURIComponent(messageId)}/retry`, {
+/** Answer a question again (`messageId`: the question or a reply to it): a new version of its
+ *  reply; `useWeb` null: as first sent. The same stream as `postMessage`. */
+export function regenerateMessage(chatId, messageId, useWeb, signal) {
+  return openEvents(`${chatPath(chatId)}/messages/${encodeURIComponent(messageId)}/regenerate`, {
     method: "POST",
     headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
     body: JSON.stringify(useWeb === null ? {} : { use_web: useWeb }),
+    signal,
+  });
+}
+
+/** Go on with a stopped reply: the stream starts with its text so far. */
+export function continueMessage(chatId, messageId, signal) {
+  return openEvents(`${chatPath(chatId)}/messages/${encodeURIComponent(messageId)}/continue`, {
+    method: "POST",
+    headers: { Accept: "text/event-stream" },
+    signal,
+  });
+}
+
+/** Send `content` as a new version of one of your messages, answered on a branch of its own. */
+export function editMessage(chatId, messageId, content, useWeb, signal) {
+  return openEvents(`${chatPath(chatId)}/messages/${encodeURIComponent(messageId)}`, {
+    method: "PATCH",
+    headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+    body: JSON.stringify({ content, use_web: useWeb }),
     signal,
   });
 }

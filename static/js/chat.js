@@ -8,7 +8,7 @@
 // chat whose reply is still being written (a reload, another tab) shows it and follows it. Stop
 // asks the server to stop, so it works from any tab.
 
-import { api, followReply, postMessage, retryMessage } from "./api.js";
+import { api, continueMessage, editMessage, followReply, postMessage, regenerateMessage } from "./api.js";
 import { showSummary } from "./dialogs.js";
 import { announce, el, toast } from "./dom.js";
 import { AssistantMessage, highlightMessage, replyDuration, userMessage } from "./messages.js";
@@ -211,8 +211,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     const turn = turns.get(chatId);
     if (turn && !messages.some((m) => m.message_id === turn.messageId)) {
       messagesBox.append(turn.view.root); // its user message is saved already; the reply is live
-    } else if (!turn && messages.at(-1)?.role === "user") {
-      attach(chatId); // a reply is being written (sent before a reload, or from another tab)
+    } else if (!turn && (messages.at(-1)?.role === "user" || messages.at(-1)?.status === "streaming")) {
+      attach(chatId); // a reply is being written or continued (before a reload, or in another tab)
     }
     setTitle(sidebar.titleOf(chatId) || shown.title);
     scroll.toBottom();
@@ -233,19 +233,56 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
 
   function renderSaved(messages) {
     const nodes = [];
+    const onPick = (messageId) => pickVersion(messageId);
     messages.forEach((message, index) => {
       if (message.role === "user") {
-        nodes.push(userMessage(message.content, message.message_id));
+        const onEdit = (text) => edit(message.message_id, text);
+        nodes.push(userMessage(message.content, message.message_id, { versions: message.versions, onPick, onEdit }));
         return;
       }
       const asked = messages[index - 1]?.role === "user" ? messages[index - 1] : null;
       const isLast = index === messages.length - 1;
       let saved = null;
       const onRetry = isLast && asked ? () => retry(asked.message_id, null, saved.root) : null;
-      saved = AssistantMessage.fromSaved(message, { totalMs: replyDuration(asked, message), onRetry });
+      const onRegenerate = asked && message.status !== "error" ? () => retry(message.message_id, null, saved.root) : null;
+      const onContinue = isLast ? () => resume(message.message_id, saved.root) : null;
+      saved = AssistantMessage.fromSaved(message, { totalMs: replyDuration(asked, message), onRetry, onRegenerate, onContinue, onPick });
       nodes.push(saved.root);
     });
     messagesBox.replaceChildren(...(nodes.length ? nodes : [emptyState()]));
+  }
+
+  /** Show another version of a message: the chat's branch through it. */
+  async function pickVersion(messageId) {
+    const chatId = shown.chatId;
+    if (!chatId || liveTurn()) return;
+    try {
+      const messages = await api.showVersion(chatId, messageId);
+      if (shown.chatId !== chatId) return;
+      shown.messages = messages;
+      renderSaved(messages);
+    } catch (error) {
+      toast(error.message || String(error), "error");
+    }
+  }
+
+  /** After a regenerate or an edit: read the chat again, so the new version shows its ‹ n/n ›. */
+  async function reloadShown(chatId) {
+    if (shown.chatId !== chatId || liveTurn()) return;
+    try {
+      const messages = await api.messages(chatId);
+      if (shown.chatId !== chatId || liveTurn()) return;
+      shown.messages = messages;
+      renderSaved(messages);
+    } catch {
+      // What is on screen is right, only without its version switch.
+    }
+  }
+
+  /** Everything from `node` on leaves the screen: another branch replaces it. */
+  function dropFrom(node) {
+    while (node?.nextSibling) node.nextSibling.remove();
+    node?.remove();
   }
 
   async function send(content, useWeb) {
@@ -270,21 +307,59 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     await run(turn);
   }
 
-  /** Answer the chat's last message again, in place of its failed or stopped reply (the element
-   *  `failedRoot`): the question is not sent twice. `useWeb` null: as first sent. */
-  async function retry(messageId, useWeb, failedRoot) {
+  /** Answer a question again (`messageId`: the question, or one of its replies) in place of the
+   *  reply shown (the element `replyRoot`, and everything after it): the question is not sent
+   *  twice, and the reply replaced stays as a version. `useWeb` null: as first sent. */
+  async function retry(messageId, useWeb, replyRoot) {
     const chatId = shown.chatId;
     if (!chatId || liveTurn()) return;
     const view = new AssistantMessage({ onChange: () => scroll.follow() });
     const turn = new Turn(chatId, null, useWeb, view);
     turn.viewId = shown.viewId;
-    turn.userMessageId = messageId;
-    if (failedRoot?.isConnected) failedRoot.replaceWith(view.root);
-    else messagesBox.append(view.root);
+    if (replyRoot?.isConnected) {
+      replyRoot.before(view.root);
+      dropFrom(view.root.nextSibling);
+    } else messagesBox.append(view.root);
     turns.set(chatId, turn);
     scroll.toBottom();
     syncComposer();
-    await run(turn, () => retryMessage(chatId, messageId, useWeb, turn.controller.signal));
+    await run(turn, () => regenerateMessage(chatId, messageId, useWeb, turn.controller.signal));
+    await reloadShown(chatId);
+  }
+
+  /** Go on with the stopped reply `messageId` (the element `replyRoot`): the new stream starts
+   *  with its text so far, so the view simply takes its place. */
+  async function resume(messageId, replyRoot) {
+    const chatId = shown.chatId;
+    if (!chatId || liveTurn()) return;
+    const view = new AssistantMessage({ onChange: () => scroll.follow() });
+    const turn = new Turn(chatId, null, false, view);
+    turn.viewId = shown.viewId;
+    if (replyRoot?.isConnected) replyRoot.replaceWith(view.root);
+    else messagesBox.append(view.root);
+    turns.set(chatId, turn);
+    syncComposer();
+    await run(turn, () => continueMessage(chatId, messageId, turn.controller.signal));
+    await reloadShown(chatId);
+  }
+
+  /** Send `content` as a new version of the question `messageId`: it and everything after it
+   *  give way to the new branch (the old one stays a version away). */
+  async function edit(messageId, content) {
+    const chatId = shown.chatId;
+    const node = findMessage(messageId);
+    if (!chatId || liveTurn() || !node) return;
+    const view = new AssistantMessage({ onChange: () => scroll.follow() });
+    const turn = new Turn(chatId, content, false, view);
+    turn.viewId = shown.viewId;
+    turn.userView = userMessage(content);
+    node.before(turn.userView, view.root);
+    dropFrom(node);
+    turns.set(chatId, turn);
+    scroll.toBottom();
+    syncComposer();
+    await run(turn, () => editMessage(chatId, messageId, content, false, turn.controller.signal));
+    await reloadShown(chatId);
   }
 
   /** Show the reply being written in a chat this tab did not send it in, and follow it. */
@@ -294,10 +369,17 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     turn.attached = true;
     turn.viewId = shown.viewId;
     turns.set(chatId, turn);
-    messagesBox.append(view.root);
+    // A reply being continued: its stream starts with its text so far, so it takes the place of
+    // what was saved of it (put back if there is nothing to follow any more).
+    const continued = messagesBox.lastElementChild?.dataset.status === "streaming" ? messagesBox.lastElementChild : null;
+    if (continued) continued.replaceWith(view.root);
+    else messagesBox.append(view.root);
     syncComposer();
     run(turn, () => followReply(chatId, 0, turn.controller.signal)).then(() => {
-      if (turn.nothingToFollow) view.root.remove();
+      if (turn.nothingToFollow) {
+        if (continued) view.root.replaceWith(continued);
+        else view.root.remove();
+      }
     });
   }
 
@@ -342,6 +424,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
       turn.markClosed();
       syncComposer();
       sidebar.load(); // the chat moved to the top of its day
+      if (turn.reloadAfter) reloadShown(turn.chatId);
     }
   }
 
@@ -398,12 +481,14 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         turn.phase = "saved";
         turn.messageId = event.message_id;
         turn.view.root.dataset.messageId = event.message_id;
+        offerNewVersions(turn);
         turn.view.complete("complete", elapsed(turn));
         announce("Reply finished");
         if (turn.key === shown.key) syncComposer();
         break;
       case "interrupted":
         turn.phase = "saved";
+        turn.reloadAfter = true; // read back as saved: it can be continued or regenerated
         turn.view.complete("interrupted", elapsed(turn));
         announce("Reply stopped");
         if (turn.key === shown.key) syncComposer();
@@ -415,6 +500,17 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         break;
       default:
         break; // heartbeat: nothing to show
+    }
+  }
+
+  /** A reply just saved can be regenerated, and its question edited, as if read from the server. */
+  function offerNewVersions(turn) {
+    const { messageId, userMessageId } = turn;
+    turn.view.onRegenerate = () => retry(messageId, null, turn.view.root);
+    if (turn.userView && userMessageId && typeof turn.content === "string") {
+      const fresh = userMessage(turn.content, userMessageId, { onEdit: (text) => edit(userMessageId, text) });
+      turn.userView.replaceWith(fresh);
+      turn.userView = fresh;
     }
   }
 

@@ -7,12 +7,83 @@ import { hostOf, isSafeUrl, renderMarkdown } from "./render.js";
 import { StepsView } from "./steps.js";
 import { UsedMemoriesView } from "./used-memories.js";
 
-export function userMessage(content, messageId) {
-  return el(
+/**
+ * A message of yours. `versions` (ids, oldest first) and `onPick(id)`: the ‹ 2/3 › switch when it
+ * was edited; `onEdit(newText)`: an Edit button whose editor sends the new text (a new version,
+ * answered on a branch of its own).
+ */
+export function userMessage(content, messageId, { versions = [], onPick = null, onEdit = null } = {}) {
+  const bubble = el("div", { class: "bubble", text: content });
+  const actions = el("div", { class: "msg-actions" }, copyButton("Copy", "Copy message", () => content));
+  const root = el(
     "article",
     { class: "msg msg-user", "aria-label": "Your message", dataset: messageId ? { messageId } : undefined },
-    el("div", { class: "bubble", text: content }),
-    el("div", { class: "msg-actions" }, copyButton("Copy", "Copy message", () => content)),
+    bubble,
+    actions,
+  );
+  if (onEdit) {
+    const edit = el("button", { type: "button", class: "copy-button edit-button", "aria-label": "Edit message", title: "Edit message" }, icon("pencil"));
+    edit.addEventListener("click", () => openEditor(root, bubble, actions, content, onEdit));
+    actions.append(edit);
+  }
+  const switcher = versionSwitch(versions, messageId, onPick);
+  if (switcher) {
+    actions.append(switcher);
+    actions.classList.add("has-versions");
+  }
+  return root;
+}
+
+/** Edit a question in place: Send answers the new text on a branch of its own, Cancel (or
+ *  Escape) puts the message back as it was. */
+function openEditor(root, bubble, actions, content, onEdit) {
+  const box = el("textarea", { class: "edit-box", "aria-label": "Edit your message", rows: "3" });
+  box.value = content;
+  const send = el("button", { type: "button", class: "small primary-button" }, "Send");
+  const cancel = el("button", { type: "button", class: "small secondary-button" }, "Cancel");
+  const editor = el("div", { class: "msg-editor" }, box, el("div", { class: "editor-actions" }, cancel, send));
+  const close = () => {
+    editor.replaceWith(bubble);
+    actions.hidden = false;
+  };
+  const submit = () => {
+    const text = box.value;
+    if (!text.trim() || text === content) return close();
+    send.disabled = true;
+    onEdit(text);
+  };
+  send.addEventListener("click", submit);
+  cancel.addEventListener("click", close);
+  box.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") close();
+    else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      submit();
+    }
+  });
+  bubble.replaceWith(editor);
+  actions.hidden = true;
+  box.focus();
+  box.setSelectionRange(box.value.length, box.value.length);
+  root.classList.add("editing");
+}
+
+/** ‹ 2/3 ›: which version of a message is shown, and buttons to show the one before or after. */
+function versionSwitch(versions, messageId, onPick) {
+  if (!onPick || !Array.isArray(versions) || versions.length < 2) return null;
+  const at = versions.indexOf(messageId);
+  if (at < 0) return null;
+  const button = (label, iconName, target) => {
+    const node = el("button", { type: "button", class: "version-button", "aria-label": label, title: label, disabled: target === undefined }, icon(iconName));
+    node.addEventListener("click", () => onPick(target));
+    return node;
+  };
+  return el(
+    "span",
+    { class: "version-switch", role: "group", "aria-label": "Versions" },
+    button("Previous version", "back", versions[at - 1]),
+    el("span", { class: "version-count", text: `${at + 1}/${versions.length}` }),
+    button("Next version", "chevron", versions[at + 1]),
   );
 }
 
@@ -61,6 +132,9 @@ export class AssistantMessage {
     this.memories = new UsedMemoriesView();
     this.statusBox = el("div", { class: "msg-status", hidden: true });
     this.actions = el("div", { class: "msg-actions", hidden: true });
+    this.onRegenerate = null; // () => …: answer the question again, as another version
+    this.onContinue = null; // () => …: go on with a stopped reply from where it ended
+    this.switcher = null; // ‹ 2/3 › when the question has several replies
     this.root = el(
       "article",
       { class: "msg msg-assistant streaming", "aria-label": "Assistant reply" },
@@ -73,9 +147,13 @@ export class AssistantMessage {
     );
   }
 
-  /** A reply as saved on the server. */
-  static fromSaved(message, { totalMs, onRetry } = {}) {
+  /** A reply as saved on the server. `onRegenerate` offers Regenerate; `onPick(id)` switches
+   *  between its `versions`. */
+  static fromSaved(message, { totalMs, onRetry, onRegenerate = null, onContinue = null, onPick = null } = {}) {
     const view = new AssistantMessage();
+    view.onRegenerate = onRegenerate;
+    view.onContinue = onContinue;
+    view.switcher = versionSwitch(message.versions, message.message_id, onPick);
     view.steps = StepsView.fromSaved(message.steps, message.tool_calls, totalMs);
     view.root.firstChild.replaceWith(view.steps.root);
     view.root.dataset.messageId = message.message_id;
@@ -151,10 +229,32 @@ export class AssistantMessage {
     if (this.text.trim()) parts.push(copyButton("Copy", "Copy message", () => this.text));
     if (status === "interrupted") {
       parts.push(el("span", { class: "badge badge-interrupted", title: "The reply was stopped before it was finished" }, icon("stop"), "Interrupted"));
+      if (this.onContinue && this.text.trim()) {
+        const more = el("button", { type: "button", class: "small secondary-button continue-button" }, "Continue");
+        more.addEventListener("click", () => {
+          more.disabled = true;
+          this.onContinue();
+        });
+        parts.push(more);
+      }
     } else if (status === "streaming") {
       // Saved while another tab or process is still writing it: reloading shows the rest.
       parts.push(el("span", { class: "badge badge-interrupted", title: "Reload to see the rest" }, "Still being written"));
     }
+    this.setActions(parts);
+  }
+
+  /** Copy or the status first, then Regenerate and the version switch when there are. */
+  setActions(parts) {
+    if (this.onRegenerate) {
+      const again = el("button", { type: "button", class: "copy-button regenerate-button", "aria-label": "Regenerate", title: "Regenerate" }, icon("retry"));
+      again.addEventListener("click", () => {
+        again.disabled = true;
+        this.onRegenerate();
+      });
+      parts.push(again);
+    }
+    if (this.switcher) parts.push(this.switcher);
     this.actions.replaceChildren(...parts);
     this.actions.hidden = !parts.length;
     this.onChange();
@@ -177,10 +277,7 @@ export class AssistantMessage {
     }
     this.statusBox.replaceChildren(box);
     this.statusBox.hidden = false;
-    const parts = this.text.trim() ? [copyButton("Copy", "Copy message", () => this.text)] : [];
-    this.actions.replaceChildren(...parts);
-    this.actions.hidden = !parts.length;
-    this.onChange();
+    this.setActions(this.text.trim() ? [copyButton("Copy", "Copy message", () => this.text)] : []);
   }
 
   /** Take Retry away (another reply is on its way in this chat). */
