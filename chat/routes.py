@@ -6,6 +6,9 @@ stops nothing. `GET /api/chats/{id}/stream?after=N` (or SSE `Last-Event-ID: N`) 
 being written from event N and follows it, from any server process; every event carries its
 number as its SSE id. `POST /api/chats/{id}/stop` stops it, whichever process writes it.
 
+Versions (core/chat_store.py's message tree): regenerate a reply, edit a question (a branch of its
+own), continue a stopped reply, all streamed like a new message; `…/show` picks the version shown.
+
 Errors are JSON `{"error": "..."}` with a 4xx status: 404 unknown chat (or no reply to follow),
 409 a reply already being written in the chat (or none to stop), 422 bad input (empty or too long
 message, malformed id). A new chat may be `temporary` (no memory read or written); deleting a chat

@@ -22,7 +22,7 @@ export function userMessage(content, messageId, { versions = [], onPick = null, 
     actions,
   );
   if (onEdit) {
-    const edit = el("button", { type: "button", class: "copy-button edit-button", "aria-label": "Edit message", title: "Edit message" }, icon("pencil"));
+    const edit = el("button", { type: "button", class: "action-button edit-button", "aria-label": "Edit message", title: "Edit message" }, icon("pencil"));
     edit.addEventListener("click", () => openEditor(root, bubble, actions, content, onEdit));
     actions.append(edit);
   }
@@ -247,7 +247,7 @@ export class AssistantMessage {
   /** Copy or the status first, then Regenerate and the version switch when there are. */
   setActions(parts) {
     if (this.onRegenerate) {
-      const again = el("button", { type: "button", class: "copy-button regenerate-button", "aria-label": "Regenerate", title: "Regenerate" }, icon("retry"));
+      const again = el("button", { type: "button", class: "action-button regenerate-button", "aria-label": "Regenerate", title: "Regenerate" }, icon("retry"));
       again.addEventListener("click", () => {
         again.disabled = true;
         this.onRegenerate();
