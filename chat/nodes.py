@@ -27,6 +27,7 @@ from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
 from core import chat_store
 from core.model_progress import progress_listener, reading_what
+from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
 from core.tracing import trace_metadata
 
@@ -109,10 +110,13 @@ async def _unsummarised(pool: Any, chat_id: uuid.UUID) -> tuple[str | None, list
 
 
 def _with_sources(content: str, sources: list[dict[str, Any]]) -> str:
-    """A web answer as the model sees it later: its [n] citations resolved by a sources list."""
+    """A web answer as the model sees it later: its [n] citations resolved by a sources list (the
+    pages' titles and URLs are theirs: untrusted)."""
     if not sources:
         return content
-    listed = "\n".join(f"[{s['n']}] {s['title']}: {s['url']}" for s in sources)
+    listed = "\n".join(
+        f"[{s['n']}] {untrusted(s['title'])}: {untrusted(s['url'])}" for s in sources
+    )
     return f"{content}\n\nSources:\n{listed}"
 
 
@@ -423,7 +427,8 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
             reading_what.reset(reading)
             progress_listener.reset(listener)
     if failure is not None:
-        content = json.dumps({"error": f"Tool {name} failed: {failure}"})
+        # An error may quote what failed (a search service's answer, the model's own arguments).
+        content = json.dumps({"error": f"Tool {name} failed: {untrusted(failure)}"})
         log.warning("Chat %s: tool %s failed: %s", short_id(turn.chat_id), name, failure)
     duration_ms = round((time.monotonic() - started) * 1000)
     writer(

@@ -25,6 +25,8 @@ import json
 import re
 from typing import Any
 
+from core.prompt_blocks import ECHOED_BLOCK_NAMES
+
 ToolCall = tuple[str, dict[str, Any]]
 
 OPEN_TAG = "<tool_call>"
@@ -35,12 +37,9 @@ OPEN_TAGS = (OPEN_TAG, "<tools>")
 CLOSE_TAGS = (CLOSE_TAG, "</tools>")
 # A closing tag left over (its opening tag ended a body early, or never came) is markup too.
 _CLOSE_TAG_RE = re.compile(r"</(tool_call|tools)>")
-# The tags our prompts wrap data in (core/prompts.py): a small model sometimes echoes one around
-# its answer ("<memories>\nI remember the sea…"). The tag goes, what it wraps stays.
-PROMPT_TAG_NAMES = (
-    "memories", "note", "instructions", "conversation_summary", "sources", "source",
-    "question", "context", "known_facts", "user_message", "assistant_said_before",
-)  # fmt: skip
+# The tags our prompts wrap data in (core/prompt_blocks.py): a small model sometimes echoes one
+# around its answer ("<memories>\nI remember the sea…"). The tag goes, what it wraps stays.
+PROMPT_TAG_NAMES = ECHOED_BLOCK_NAMES
 PROMPT_TAGS = tuple(f"<{name}>" for name in PROMPT_TAG_NAMES) + tuple(
     f"</{name}>" for name in PROMPT_TAG_NAMES
 )

@@ -30,7 +30,7 @@ from chat.state import turn_of
 from chat.steps import step_event
 from core import memory_store
 from core.memory_search import RetrievedMemory, retrieve_memories
-from core.prompts import data_text
+from core.prompt_blocks import untrusted
 from core.tracing import trace_metadata
 from rag.web_rag import (
     MAX_SEARCHES,
@@ -114,7 +114,8 @@ async def save_memory(content: str, quote: str, config: RunnableConfig) -> str:
     where = f"chat {turn.chat_id.hex[:8]}, {_elapsed_ms(started)} ms"
     if result.saved:
         log.info("Memory: saved %s (%s)", _quote(stored), where)
-        return _dumps({"saved": True, "memory": stored})
+        # A stored memory reaches the model as data: neutralised like every untrusted text.
+        return _dumps({"saved": True, "memory": untrusted(stored)})
     log.info(
         "Memory: already known %s as %s (similarity %.2f, %s)",
         _quote(" ".join(content.split())),
@@ -125,7 +126,7 @@ async def save_memory(content: str, quote: str, config: RunnableConfig) -> str:
     return _dumps(
         {
             "saved": False,
-            "already_known": stored,
+            "already_known": untrusted(stored),
             "note": "This fact is already known; there is no need to save it again.",
         }
     )
@@ -161,7 +162,7 @@ async def retrieve_memory(query: str, config: RunnableConfig) -> str:
 
 def _listed(memory: RetrievedMemory) -> dict[str, str]:
     listed = {
-        "content": data_text(memory.content),
+        "content": untrusted(memory.content),
         "saved_on": memory.created_at.date().isoformat(),
     }
     if memory.valid_to is not None:  # asked about the past: a fact the user has since changed
@@ -235,7 +236,8 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
         return _dumps(
             {
                 "enough_evidence": False,
-                "reason": result.reason,
+                # The check's reason was written by a model that read the pages.
+                "reason": untrusted(result.reason),
                 "searches_left": left,
                 "next": "Call web_search again with a better query and context."
                 if left

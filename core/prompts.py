@@ -1,9 +1,16 @@
-"""Every instruction ResolveAI gives a model, in one place."""
+"""Every instruction ResolveAI gives a model, in one place.
+
+Untrusted text (pages, memories, summaries, the user's words inside a block, model answers) goes
+into these prompts only through core/prompt_blocks.py, which keeps it from ending or opening a
+block.
+"""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+
+from core.prompt_blocks import block
 
 WEB_NOTE = "use web tool to answer"
 
@@ -52,9 +59,9 @@ def chat_instructions(now: datetime, summary: str | None, memory: str = "recall"
     instructions = CHAT_INSTRUCTIONS.format(
         now=hour, next_hour=hour + timedelta(hours=1), memory_rule=MEMORY_RULES[memory]
     )
-    parts = [f"<instructions>\n{instructions}\n</instructions>"]
-    if summary:
-        parts.append(f"<conversation_summary>\n{summary}\n</conversation_summary>")
+    parts = [block("instructions", instructions, trusted=True)]
+    if summary:  # written by a model from the chat, web answers included: untrusted
+        parts.append(block("conversation_summary", summary))
     return "\n\n".join(parts)
 
 
@@ -66,25 +73,19 @@ def user_turn(text: str, use_web: bool, memories: list[str] | None = None) -> st
     turn = f"{text}\n\n<note>{WEB_NOTE}</note>" if use_web else text
     if not memories:
         return turn
-    listed = "\n".join(f"- {data_text(memory)}" for memory in memories)
-    return f"<memories>\n{listed}\n</memories>\n\n{turn}"
-
-
-def data_text(text: str) -> str:
-    """Untrusted text (a memory, a quote) made safe inside a prompt's <tag> blocks: angle
-    brackets become look-alikes, so nothing in it can close or open one of our blocks."""
-    return text.replace("<", "‹").replace(">", "›")
+    listed = "\n".join(f"- {memory}" for memory in memories)
+    return f"{block('memories', listed)}\n\n{turn}"
 
 
 def summary_request(previous: str | None, messages: list[tuple[str, str]], words: int) -> list:
     """Messages for the utility model to fold `messages` (role, text) into the summary."""
-    lines = "\n\n".join(f"<{role}>\n{text}\n</{role}>" for role, text in messages)
+    lines = "\n\n".join(block(role, text) for role, text in messages)
     return [
         {"role": "system", "content": SUMMARY_INSTRUCTIONS.format(words=words)},
         {
             "role": "user",
-            "content": f"<previous_summary>\n{previous or '(none yet)'}\n</previous_summary>\n\n"
-            f"<new_messages>\n{lines}\n</new_messages>",
+            "content": f"{block('previous_summary', previous or '(none yet)')}\n\n"
+            f"{block('new_messages', lines, trusted=True)}",
         },
     ]
 
@@ -167,18 +168,15 @@ def memory_extraction_request(
     for facts, message, answer in MEMORY_EXTRACTION_EXAMPLES:
         messages.append({"role": "user", "content": _extraction_input(facts, None, message)})
         messages.append({"role": "assistant", "content": json.dumps(answer)})
-    facts = "\n".join(f"M{n}: {data_text(fact)}" for n, fact in enumerate(known, 1))
-    before = data_text(previous_reply[:600]) if previous_reply else None
-    content = _extraction_input(facts or "(none yet)", before, data_text(numbered_message))
+    facts = "\n".join(f"M{n}: {fact}" for n, fact in enumerate(known, 1))
+    before = previous_reply[:600] if previous_reply else None
+    content = _extraction_input(facts or "(none yet)", before, numbered_message)
     return [*messages, {"role": "user", "content": content}]
 
 
 def _extraction_input(facts: str, before: str | None, message: str) -> str:
-    context = f"<assistant_said_before>\n{before}\n</assistant_said_before>\n" if before else ""
-    return (
-        f"<known_facts>\n{facts}\n</known_facts>\n{context}"
-        f"<user_message>\n{message}\n</user_message>"
-    )
+    context = f"{block('assistant_said_before', before)}\n" if before else ""
+    return f"{block('known_facts', facts)}\n{context}{block('user_message', message)}"
 
 
 # --- web search ----------------------------------------------------------------------------------
@@ -211,24 +209,22 @@ information about <that part>."
 
 
 def source_blocks(sources: list[tuple[int, str, list[str]]]) -> str:
-    """Numbered, delimited source blocks: (number, page title, chunk texts)."""
+    """Numbered, delimited source blocks: (number, page title, chunk texts). Everything of the
+    page is untrusted: its title, and its chunks' text with their `[Page: … | Section: …]`
+    headers (title and headings again) and code blocks."""
     return "\n\n".join(
-        f'<source n="{n}" title="{_attribute(title)}">\n' + "\n\n".join(texts) + "\n</source>"
-        for n, title, texts in sources
+        block("source", "\n\n".join(texts), n=n, title=title) for n, title, texts in sources
     )
 
 
-def _attribute(text: str) -> str:
-    return text.replace('"', "'").replace("<", "(").replace(">", ")")
-
-
 def evidence_check_request(question: str, context: str, sources: str) -> list[dict[str, str]]:
+    """`sources`: built by `source_blocks` (its blocks are ours, their contents neutralised)."""
     return [
         {"role": "system", "content": EVIDENCE_CHECK_INSTRUCTIONS},
         {
             "role": "user",
-            "content": f"<question>\n{question}\n</question>\n\n<context>\n{context or '(none)'}\n"
-            f"</context>\n\n<sources>\n{sources}\n</sources>",
+            "content": f"{block('question', question)}\n\n{block('context', context or '(none)')}"
+            f"\n\n{block('sources', sources, trusted=True)}",
         },
     ]
 
@@ -236,12 +232,13 @@ def evidence_check_request(question: str, context: str, sources: str) -> list[di
 def web_answer_request(
     question: str, context: str, sources: str, today: datetime
 ) -> list[dict[str, str]]:
+    """`sources`: built by `source_blocks`, as for the evidence check."""
     return [
         {"role": "system", "content": WEB_ANSWER_INSTRUCTIONS.format(today=today)},
         {
             "role": "user",
-            "content": f"<sources>\n{sources}\n</sources>\n\n<context>\n{context or '(none)'}\n"
-            f"</context>\n\n<question>\n{question}\n</question>",
+            "content": f"{block('sources', sources, trusted=True)}\n\n"
+            f"{block('context', context or '(none)')}\n\n{block('question', question)}",
         },
     ]
 
@@ -264,7 +261,7 @@ def answer_judge_request(question: str, gold: str | None, answer: str) -> list[d
         {"role": "system", "content": ANSWER_JUDGE_INSTRUCTIONS},
         {
             "role": "user",
-            "content": f"<question>\n{question}\n</question>\n\n<gold_answer>\n"
-            f"{gold or '(no answer)'}\n</gold_answer>\n\n<answer>\n{answer}\n</answer>",
+            "content": f"{block('question', question)}\n\n"
+            f"{block('gold_answer', gold or '(no answer)')}\n\n{block('answer', answer)}",
         },
     ]
