@@ -64,6 +64,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     (summary, history), recalled = await asyncio.gather(
         _unsummarised(pool, turn.chat_id), recall_memories(turn, state["user_text"])
     )
+    turn.seen["unsummarised"] = len(history)  # (the summary fold after the reply needs it)
     continues = turn.continues or {}
     earlier = [
         {"role": m["role"], "content": _with_sources(m["content"], m["sources"])}

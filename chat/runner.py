@@ -27,7 +27,6 @@ from chat.state import TurnContext
 from chat.steps import short_id
 from chat.turn_recovery import recover_turn
 from core import chat_store
-from core.preferences import memory_paused
 from core.services import Services
 
 log = logging.getLogger("resolveai.chat")
@@ -90,7 +89,6 @@ async def start_turn(
     with its text and is saved in its place."""
     pool = services.database.pool
     run_id = uuid.uuid4()
-    paused = await memory_paused(pool)
     new_chat = None
     if chat_id is None:
         new_chat = await chat_store.create_chat(pool, title_from(content), temporary=temporary)
@@ -125,7 +123,7 @@ async def start_turn(
     )  # fmt: skip
     log.info("Chat %s: %s (%d chars)", short_id(chat_id), what or "user message saved",
              len(content))  # fmt: skip
-    if claimed["temporary"] or paused:
+    if claimed["temporary"] or claimed["memory_paused"]:
         memory = "off"
     else:
         memory = "tools" if services.model_plan.capability("chat", "memory_tools") else "recall"
@@ -225,7 +223,9 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             turn.released = True
         # Only now, and as a task of its own: the fold (a model call) holds no lease, so the next
         # message in the chat never waits for it, and a client that left does not cancel it.
-        summary.start_fold(context.services, context.chat_id, context.trace_id)
+        summary.start_fold(
+            context.services, context.chat_id, context.trace_id, context.seen.get("unsummarised")
+        )
 
 
 async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -> None:

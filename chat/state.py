@@ -40,6 +40,8 @@ class TurnContext:
     # How this turn uses long-term memory: "tools" (recall + the memory tools), "recall" (recall
     # before the reply, extraction after it, no tools) or "off" (temporary chat, memory paused).
     memory: str = "recall"
+    # What build_prompt read: "unsummarised", the messages its summary does not cover.
+    seen: dict[str, int] = field(default_factory=dict)
     # The memories recalled or retrieved for the reply, in order (saved with it).
     memories: dict[uuid.UUID, str] = field(default_factory=dict)
     # Tells this process's memory worker that a job was queued (it polls anyway).

@@ -45,13 +45,22 @@ def summary_words(messages_summarised: int) -> int:
     return min(500, 60 + 4 * messages_summarised)
 
 
-def start_fold(services: Services, chat_id: uuid.UUID, trace_id: str | None = None) -> None:
+def start_fold(
+    services: Services,
+    chat_id: uuid.UUID,
+    trace_id: str | None = None,
+    unsummarised: int | None = None,
+) -> None:
     """After a turn: fold the chat's summary in the background if enough messages wait for it.
+    `unsummarised`: how many the turn's prompt read (its reply makes one more); when that is too
+    few for a fold, nothing is read again (two round trips a message).
 
     Returns at once. A fold of this chat already running here looks again when it is done,
     rather than a second one folding the same messages (and calling the model twice for one
     stored summary).
     """
+    if unsummarised is not None and unsummarised + 1 < FOLD_AT_UNSUMMARISED:
+        return
     running = _running.get(chat_id)
     if running is not None and not running.done() and _of_this_loop(running):
         _look_again.add(chat_id)

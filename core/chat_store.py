@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from core.preferences import MEMORY_PAUSED_SQL
 from core.statements import Db, fetch_all, fetch_one
 
 DEFAULT_TITLE = "New chat"
@@ -163,9 +164,10 @@ async def set_summary(
 async def claim_chat_run(
     db: Db, chat_id: uuid.UUID, run_id: uuid.UUID, lease_seconds: float
 ) -> dict[str, Any] | None:
-    """Claim the chat for one reply (or extend this run's claim): the chat's id, `temporary` flag
-    and `previous_run_id` (an expired claim taken over: its turn may need recovering), or None if
-    another run holds it (or there is no such chat)."""
+    """Claim the chat for one reply (or extend this run's claim): the chat's id, `temporary` flag,
+    `previous_run_id` (an expired claim taken over: its turn may need recovering) and whether
+    memory is paused (`memory_paused`, read on the way), or None if another run holds it (or
+    there is no such chat)."""
     return await fetch_one(
         db,
         "UPDATE chats AS c SET run_id = %(run)s,"
@@ -174,7 +176,8 @@ async def claim_chat_run(
         " WHERE c.chat_id = old.chat_id"
         " AND (c.run_id IS NULL OR c.run_id = %(run)s OR c.run_expires_at < now())"
         " RETURNING c.chat_id, c.temporary,"
-        " CASE WHEN old.run_id <> %(run)s THEN old.run_id END AS previous_run_id",
+        " CASE WHEN old.run_id <> %(run)s THEN old.run_id END AS previous_run_id,"
+        f" {MEMORY_PAUSED_SQL} AS memory_paused",
         {"chat": chat_id, "run": run_id, "lease": lease_seconds},
     )
 

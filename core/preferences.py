@@ -38,3 +38,11 @@ async def set_preferences(db: Db, **values: Any) -> dict[str, Any]:
 
 async def memory_paused(db: Db) -> bool:
     return bool((await get_preferences(db))["memory_paused"])
+
+
+# The same as an SQL expression, for a statement that reads it on the way (a message's claim of
+# its chat: one round trip less per message).
+MEMORY_PAUSED_SQL = (
+    "coalesce((SELECT (value #>> '{}')::boolean FROM preferences WHERE name = 'memory_paused'),"
+    f" {'true' if DEFAULTS['memory_paused'] else 'false'})"
+)
