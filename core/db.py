@@ -36,6 +36,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from core.config import Settings
 from core.errors import StartupError
+from core.redact import redact
 
 logger = logging.getLogger("resolveai.db")
 
@@ -61,11 +62,9 @@ class MigrationError(StartupError):
 
 
 def mask_conninfo(url: str) -> str:
-    """`url` with any password replaced by `***`, fit for logs and error messages."""
-    # URL form: postgresql://user:secret@host/db -> postgresql://user:***@host/db
-    masked = re.sub(r"^(\w+://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url)
-    # Query-string or key=value form: password=secret
-    return re.sub(r"(?i)(\bpassword=)[^&\s]*", r"\1***", masked)
+    """`url` with any password replaced by `***`, fit for logs and error messages (the masking
+    itself is core/redact.py's, the one place that decides what a secret looks like)."""
+    return redact(url)
 
 
 def _describe_target(url: str) -> str:
