@@ -3,8 +3,8 @@
 There is no way to create a memory here: memories come only from the user's own messages (the
 extraction after each reply, or `save_memory` when the user asks), each with its quote. An edit
 may change the fact's wording (re-embedded) or its quote, which must still be found in the source
-message. Errors are `{"error": ...}`: 404 unknown memory, 409 a stale "forget everything" token,
-422 bad input.
+message. Errors are `{"error": ..., "request_id": ...}` (core/http_errors.py): 404 unknown
+memory, 409 a stale "forget everything" token, 422 bad input.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ number as its SSE id. `POST /api/chats/{id}/stop` stops it, whichever process wr
 Versions (core/chat_store.py's message tree): regenerate a reply, edit a question (a branch of its
 own), continue a stopped reply, all streamed like a new message; `…/show` picks the version shown.
 
-Errors are JSON `{"error": "..."}` with a 4xx status: 404 unknown chat (or no reply to follow),
-409 a reply already being written in the chat (or none to stop), 422 bad input (empty or too long
-message, malformed id). A new chat may be `temporary` (no memory read or written); deleting a chat
-may forget the memories it gave.
+Errors are JSON `{"error": "...", "request_id": "..."}` (core/http_errors.py) with a 4xx status:
+404 unknown chat (or no reply to follow), 409 a reply already being written in the chat (or none
+to stop), 422 bad input (empty or too long message, malformed id, an unknown field); the guards
+in core/http_guard.py answer before any route (Host, Origin, body cap, unstorable text). A new
+chat may be `temporary` (no memory read or written); deleting a chat may forget the memories it
+gave.
 """
 
 from __future__ import annotations
