@@ -34,6 +34,9 @@ SEED = int(os.environ.get("SCHEMATHESIS_SEED", "1"))
 MIN_CASES = 1000  # the run is only worth its minute if it tries this many
 STREAMING = {("post", "/api/messages"), ("post", "/api/chats/{chat_id}/messages"),
              ("post", "/api/chats/{chat_id}/messages/{message_id}/retry"),
+             ("post", "/api/chats/{chat_id}/messages/{message_id}/regenerate"),
+             ("post", "/api/chats/{chat_id}/messages/{message_id}/continue"),
+             ("patch", "/api/chats/{chat_id}/messages/{message_id}"),
              ("get", "/api/chats/{chat_id}/stream")}  # fmt: skip
 
 PAGE = """---
