@@ -23,9 +23,14 @@ from starlette.responses import Response
 
 from core.http_errors import DESCRIPTIONS, ApiError, errors
 
-# JSON Schema (ECMA-262) patterns; Python's `re` reads them alike.
+# JSON Schema (ECMA-262) patterns, written with explicit code points so that every regex engine
+# (Python's, ECMA's, Rust's in schemathesis) reads them alike: `\s` differs between them.
 STORABLE_TEXT = r"^[^\u0000]*$"
-NON_BLANK_TEXT = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"  # something besides spaces, and no NUL
+# What str.strip() removes (str.isspace: \x1c-\x1f and \x85 too, unlike ECMA's \s); every such
+# character is below U+3001.
+SPACES = "".join(f"\\u{c:04x}" for c in range(0x3001) if chr(c).isspace())
+# Something besides those spaces, and no NUL: what the routes' "is it blank" check accepts.
+NON_BLANK_TEXT = rf"^[^\u0000]*[^\u0000{SPACES}][^\u0000]*$"
 
 ERROR_REF = {"$ref": "#/components/schemas/ApiError"}
 GUARD_STATUSES = (400, 413, 422, 500, 503)  # any operation: Host, body cap, text, crash, database

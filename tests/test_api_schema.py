@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core.api_schema import STREAM_EVENTS
+from core.api_schema import NON_BLANK_TEXT, STREAM_EVENTS
 from core.config import PROJECT_ROOT
 from tests.test_server import SCRIPTED_SERVER, RunningServer
 
@@ -196,3 +196,12 @@ def test_the_real_server_refuses_a_forged_host_and_origin(api_server: RunningSer
     assert cross.status_code == 403 and cross.json()["request_id"]
     assert httpx.get(f"{url}/api/settings", timeout=10).json()["memory_paused"] is paused
     assert httpx.get(f"{url}/docs", timeout=10).status_code == 404  # API_DOCS is off
+
+
+def test_the_blank_pattern_is_the_routes_blank_check() -> None:
+    # The schema's "not blank" is what the routes refuse as blank (str.strip), character for
+    # character: a client generating valid input is never told its text is empty.
+    for code in range(0x3100):
+        char = chr(code)
+        documented_blank = re.search(NON_BLANK_TEXT, f" {char} ") is None
+        assert documented_blank == (char == "\x00" or not char.strip()), hex(code)
