@@ -19,8 +19,12 @@ import psycopg
 import psycopg_pool
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,8 +35,16 @@ from chat.routes import router as chat_router
 from chat.turn_jobs import TurnJobs
 from chat.turn_recovery import recover_abandoned_turns
 from chat.warm_up import warm_local_model
+from core.api_schema import install_api_schema
 from core.config import Settings, get_settings
 from core.errors import StartupError
+from core.http_errors import (
+    RequestContext,
+    allowed_methods,
+    error_response,
+    install_error_handlers,
+)
+from core.http_guard import BodyGuard, HostOriginGuard, HttpPolicy
 from core.logs import configure_logging, report_startup_failure
 from core.services import Services, open_services
 
@@ -54,8 +66,22 @@ SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 ]
-# FastAPI's own API docs pages load Swagger UI / ReDoc from a CDN: they keep working, without CSP.
+# FastAPI's own API docs pages load Swagger UI / ReDoc from a CDN: off unless API_DOCS=true, and
+# then served without the CSP (which would block them).
 CSP_EXEMPT_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc")
+
+
+class Pages(StaticFiles):
+    """The UI's files. Mounted at /, it gets every request no route took, those to /api/ too:
+    there it answers what the API would, a 405 (with Allow) for an endpoint asked with another
+    method and a 404 for no endpoint at all, never StaticFiles' own 405 or a file."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        if scope["path"].startswith("/api/"):
+            if allowed_methods(scope["app"], scope["path"]):
+                raise HTTPException(405)  # Allow: added by the handler (core/http_errors.py)
+            raise HTTPException(404, f"No API endpoint at {scope['path']}")
+        return await super().get_response(path, scope)
 
 
 class SecurityHeaders:
@@ -73,7 +99,7 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
-        exempt = scope["path"] in CSP_EXEMPT_PATHS
+        exempt = scope["path"] in CSP_EXEMPT_PATHS and scope["app"].state.settings.api_docs
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -93,9 +119,15 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     """The app. Settings default to the environment's; tests may hand in services they opened
     (and then close them themselves)."""
 
+    def configure(app: FastAPI, active: Settings) -> None:
+        # What the HTTP layer (core/http_guard.py, the docs) reads from the settings.
+        app.state.settings = active
+        app.state.http_policy = HttpPolicy.from_settings(active)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if services is not None:
+            configure(app, settings or services.settings)
             app.state.services = services
             async with memory_worker(app, services), summary_folds(), turn_jobs(app, services):
                 freeze_startup_objects()
@@ -103,6 +135,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             return
         try:
             active = settings or get_settings()
+            configure(app, active)
             opened = await open_services(active)
         except StartupError as error:
             report_startup_failure(str(error))
@@ -122,25 +155,25 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             await opened.close()
             log.info("ResolveAI stopped")
 
-    app = FastAPI(title="ResolveAI", lifespan=lifespan)
+    app = FastAPI(title="ResolveAI", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # Outermost last: headers on every answer, then the request id and last-resort 500, then
+    # the guards (core/http_guard.py) before anything reads the request.
+    app.add_middleware(BodyGuard)
+    app.add_middleware(HostOriginGuard)
+    app.add_middleware(RequestContext)
     app.add_middleware(SecurityHeaders)
+    install_error_handlers(app)
+    install_api_schema(app, lambda: app.state.settings.max_request_bytes)
     app.include_router(chat_router)
     app.include_router(memory_router)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": error.detail}, status_code=error.status_code)
+    add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)
     @app.exception_handler(psycopg_pool.PoolTimeout)
     async def database_down(request: Request, error: Exception) -> JSONResponse:
         log.warning("Database unavailable for %s %s: %s", request.method, request.url.path,
                     str(error).splitlines()[0] if str(error) else type(error).__name__)  # fmt: skip
-        return JSONResponse({"error": DATABASE_DOWN}, status_code=503, headers={"Retry-After": "5"})
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": describe_invalid_request(error)}, status_code=422)
+        return error_response(request.scope, 503, DATABASE_DOWN, {"Retry-After": "5"})
 
     @app.get("/api/health")
     async def health(request: Request) -> JSONResponse:
@@ -148,8 +181,37 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         report = await services.health()
         return JSONResponse(report, status_code=200 if report["ok"] else 503)
 
-    app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="static")
+    app.mount("/", Pages(directory=STATIC_DIR, html=True), name="static")
     return app
+
+
+def add_docs_pages(app: FastAPI) -> None:
+    """/docs and /redoc, answering 404 unless API_DOCS=true (decided per request: the settings
+    are known once the app starts)."""
+
+    def enabled(request: Request) -> None:
+        if not request.app.state.settings.api_docs:
+            raise HTTPException(404, "The API docs pages are off (API_DOCS=false); the schema "
+                                "is at /openapi.json.")  # fmt: skip
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger(request: Request) -> HTMLResponse:
+        enabled(request)
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="ResolveAI API",
+            oauth2_redirect_url="/docs/oauth2-redirect",
+        )
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def swagger_redirect(request: Request) -> HTMLResponse:
+        enabled(request)
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        enabled(request)
+        return get_redoc_html(openapi_url="/openapi.json", title="ResolveAI API")
 
 
 @asynccontextmanager
@@ -219,18 +281,6 @@ def freeze_startup_objects() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-def describe_invalid_request(error: RequestValidationError) -> str:
-    """E.g. 'content: the message is empty; chat_id: not a valid id'."""
-    parts = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"] if p not in ("body", "path", "query"))
-        message = str(item["msg"]).removeprefix("Value error, ")
-        if item["type"].startswith("uuid"):
-            message = "not a valid id"
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
 
 
 app = create_app()

@@ -3,8 +3,8 @@
 There is no way to create a memory here: memories come only from the user's own messages (the
 extraction after each reply, or `save_memory` when the user asks), each with its quote. An edit
 may change the fact's wording (re-embedded) or its quote, which must still be found in the source
-message. Errors are `{"error": ...}`: 404 unknown memory, 409 a stale "forget everything" token,
-422 bad input.
+message. Errors are `{"error": ..., "request_id": ...}` (core/http_errors.py): 404 unknown
+memory, 409 a stale "forget everything" token, 422 bad input.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from core import memory_store
+from core.api_schema import NON_BLANK_TEXT
+from core.http_errors import errors
 from core.preferences import get_preferences, set_preferences
 from core.services import Services
 
@@ -29,22 +31,32 @@ MEMORY_FIELDS = ("memory_id", "content", "quote", "message_id", "chat_id", "vali
 
 
 class MemoryEdit(BaseModel):
-    content: str | None = Field(None, min_length=1, max_length=memory_store.MAX_MEMORY_CHARS)
+    # The schema states the rule below: at least one of the two, as a string.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"required": [name], "properties": {name: {"type": "string"}}}
+        for name in ("content", "quote")
+    ]})  # fmt: skip
+
+    content: (
+        Annotated[str, Field(min_length=1, max_length=memory_store.MAX_MEMORY_CHARS,
+                             json_schema_extra={"pattern": NON_BLANK_TEXT})] | None
+    ) = None  # fmt: skip
     quote: str | None = Field(None, min_length=1, max_length=2000)
 
+    # NUL characters never get here: core/http_guard.py refuses them in every request.
     @model_validator(mode="after")
     def _something_to_change(self) -> MemoryEdit:
         if self.content is None and self.quote is None:
             raise ValueError("give the new content or quote")
         if self.content is not None and not self.content.strip():
             raise ValueError("content: the memory is empty")
-        if "\x00" in (self.content or "") + (self.quote or ""):
-            raise ValueError("the text contains a NUL character")
         return self
 
 
 class SettingsEdit(BaseModel):
-    memory_paused: bool
+    model_config = ConfigDict(extra="forbid")
+
+    memory_paused: StrictBool
 
 
 def _services(request: Request) -> Services:
@@ -66,8 +78,6 @@ async def list_memories(
 ) -> dict[str, Any]:
     """Memories newest first (`q` finds text in the fact or its quote); `forget_token` is what
     "forget everything" must send back."""
-    if q is not None and "\x00" in q:
-        raise HTTPException(422, "q: contains a NUL character")
     pool = _services(request).database.pool
     rows, total = await memory_store.list_memories(pool, q, limit, offset, include_superseded)
     return {
@@ -91,7 +101,14 @@ async def export_memories(request: Request) -> JSONResponse:
     )
 
 
-@router.get("/memories/{memory_id}")
+@router.api_route("/memories/export", methods=["PATCH", "DELETE"], include_in_schema=False)
+async def export_is_read_only() -> None:
+    # Without this, PATCH /memories/export would reach PATCH /memories/{memory_id} and be told
+    # "export" is not a valid id: the export is a resource of its own, read-only.
+    raise HTTPException(405)
+
+
+@router.get("/memories/{memory_id}", responses=errors(404))
 async def get_memory(request: Request, memory_id: uuid.UUID) -> dict[str, Any]:
     row = await memory_store.get_memory(_services(request).database.pool, memory_id)
     if row is None:
@@ -99,7 +116,7 @@ async def get_memory(request: Request, memory_id: uuid.UUID) -> dict[str, Any]:
     return public_memory(row)
 
 
-@router.patch("/memories/{memory_id}")
+@router.patch("/memories/{memory_id}", responses=errors(404))
 async def edit_memory(request: Request, memory_id: uuid.UUID, body: MemoryEdit) -> dict[str, Any]:
     services = _services(request)
     try:
@@ -117,14 +134,14 @@ async def edit_memory(request: Request, memory_id: uuid.UUID, body: MemoryEdit) 
     return public_memory(row)
 
 
-@router.delete("/memories/{memory_id}", status_code=204)
+@router.delete("/memories/{memory_id}", status_code=204, responses=errors(404))
 async def delete_memory(request: Request, memory_id: uuid.UUID) -> Response:
     if not await memory_store.delete_memory(_services(request).database.pool, memory_id):
         raise HTTPException(404, f"No memory with id {memory_id}")
     return Response(status_code=204)
 
 
-@router.delete("/memories")
+@router.delete("/memories", responses=errors(409))
 async def forget_everything(
     request: Request, confirm: Annotated[str, Query(min_length=1, max_length=100)]
 ) -> dict[str, Any]:

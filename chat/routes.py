@@ -9,10 +9,12 @@ number as its SSE id. `POST /api/chats/{id}/stop` stops it, whichever process wr
 Versions (core/chat_store.py's message tree): regenerate a reply, edit a question (a branch of its
 own), continue a stopped reply, all streamed like a new message; `…/show` picks the version shown.
 
-Errors are JSON `{"error": "..."}` with a 4xx status: 404 unknown chat (or no reply to follow),
-409 a reply already being written in the chat (or none to stop), 422 bad input (empty or too long
-message, malformed id). A new chat may be `temporary` (no memory read or written); deleting a chat
-may forget the memories it gave.
+Errors are JSON `{"error": "...", "request_id": "..."}` (core/http_errors.py) with a 4xx status:
+404 unknown chat (or no reply to follow), 409 a reply already being written in the chat (or none
+to stop), 422 bad input (empty or too long message, malformed id, an unknown field); the guards
+in core/http_guard.py answer before any route (Host, Origin, body cap, unstorable text). A new
+chat may be `temporary` (no memory read or written); deleting a chat may forget the memories it
+gave.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, MessageNotFound, start_turn
 from chat.turn_jobs import TurnJobs, follow_turn, request_stop
 from core import chat_store, memory_store, turn_store
+from core.api_schema import NON_BLANK_TEXT, event_stream_route
+from core.http_errors import errors
 from core.preferences import memory_paused
 from core.services import Services
 
@@ -44,8 +48,14 @@ CHAT_FIELDS = ("chat_id", "title", "temporary", "created_at", "updated_at")
 
 
 class MessageIn(BaseModel):
-    content: str = Field(max_length=MAX_MESSAGE_CHARS)
-    use_web: bool = False
+    # An unknown field is a mistake (a typo of use_web…) to report, not to drop in silence.
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(
+        max_length=MAX_MESSAGE_CHARS, json_schema_extra={"pattern": NON_BLANK_TEXT}
+    )
+    # Strict: "yes" or 1 is a mistake to report, not a way to say true.
+    use_web: StrictBool = False
 
     @field_validator("content")
     @classmethod
@@ -56,9 +66,15 @@ class MessageIn(BaseModel):
 
 
 class NewMessageIn(MessageIn):
+    # The schema states the rule below: no `temporary: true` with a `chat_id`.
+    model_config = ConfigDict(json_schema_extra={"not": {
+        "required": ["chat_id", "temporary"],
+        "properties": {"chat_id": {"type": "string"}, "temporary": {"const": True}},
+    }})  # fmt: skip
+
     chat_id: uuid.UUID | None = None
     # A temporary chat reads nothing from memory and writes nothing to it (new chats only).
-    temporary: bool = False
+    temporary: StrictBool = False
 
     @model_validator(mode="after")
     def _temporary_is_for_new_chats(self) -> NewMessageIn:
@@ -68,12 +84,16 @@ class NewMessageIn(MessageIn):
 
 
 class RegenerateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     # Unset: as the message was first sent.
-    use_web: bool | None = None
+    use_web: StrictBool | None = None
 
 
 class RenameIn(BaseModel):
-    title: str = Field(min_length=1, max_length=200)
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1, max_length=200, json_schema_extra={"pattern": NON_BLANK_TEXT})
 
     @field_validator("title")
     @classmethod
@@ -170,19 +190,19 @@ async def client_config(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/messages")
+@router.post("/messages", **event_stream_route(404, 409))
 async def send_message(request: Request, body: NewMessageIn) -> Response:
     """Send a message; with no `chat_id` it starts a new chat (announced by a `chat` event)."""
     return await _stream(request, body.chat_id, body.content, body.use_web, body.temporary)
 
 
-@router.post("/chats/{chat_id}/messages")
+@router.post("/chats/{chat_id}/messages", **event_stream_route(404, 409))
 async def send_message_to_chat(request: Request, chat_id: uuid.UUID, body: MessageIn) -> Response:
     return await _stream(request, chat_id, body.content, body.use_web)
 
 
-@router.post("/chats/{chat_id}/messages/{message_id}/regenerate")
-@router.post("/chats/{chat_id}/messages/{message_id}/retry")
+@router.post("/chats/{chat_id}/messages/{message_id}/regenerate", **event_stream_route(404, 409))
+@router.post("/chats/{chat_id}/messages/{message_id}/retry", **event_stream_route(404, 409))
 async def regenerate_reply(
     request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: RegenerateIn | None = None
 ) -> Response:
@@ -195,7 +215,7 @@ async def regenerate_reply(
     return await _stream(request, chat_id, "", use_web, regenerate=message_id)
 
 
-@router.patch("/chats/{chat_id}/messages/{message_id}")
+@router.patch("/chats/{chat_id}/messages/{message_id}", **event_stream_route(404, 409))
 async def edit_message(
     request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: MessageIn
 ) -> Response:
@@ -204,14 +224,14 @@ async def edit_message(
     return await _stream(request, chat_id, body.content, body.use_web, edit=message_id)
 
 
-@router.post("/chats/{chat_id}/messages/{message_id}/continue")
+@router.post("/chats/{chat_id}/messages/{message_id}/continue", **event_stream_route(404, 409))
 async def continue_reply(request: Request, chat_id: uuid.UUID, message_id: uuid.UUID) -> Response:
     """Continue a reply that was stopped or failed (the chat's last): the stream starts with its
     text so far and goes on from there; the whole is saved in its place. 404 for any other."""
     return await _stream(request, chat_id, "", False, resume=message_id)
 
 
-@router.post("/chats/{chat_id}/messages/{message_id}/show")
+@router.post("/chats/{chat_id}/messages/{message_id}/show", responses=errors(404, 409))
 async def show_version(
     request: Request, chat_id: uuid.UUID, message_id: uuid.UUID
 ) -> list[dict[str, Any]]:
@@ -227,7 +247,7 @@ async def show_version(
     return await list_messages(request, chat_id)
 
 
-@router.get("/chats/{chat_id}/stream")
+@router.get("/chats/{chat_id}/stream", **event_stream_route(404))
 async def follow_reply(
     request: Request,
     chat_id: uuid.UUID,
@@ -253,7 +273,7 @@ def _last_event_id(request: Request) -> int:
     return int(value)
 
 
-@router.post("/chats/{chat_id}/stop")
+@router.post("/chats/{chat_id}/stop", responses=errors(404, 409))
 async def stop_reply(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
     """Stop the reply being written in the chat, whichever server process writes it: it ends
     with an `interrupted` event and is saved with what it had written."""
@@ -281,7 +301,7 @@ async def _chat_or_404(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
     return chat
 
 
-@router.get("/chats/{chat_id}/messages")
+@router.get("/chats/{chat_id}/messages", responses=errors(404))
 async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, Any]]:
     await _chat_or_404(request, chat_id)
     pool = services_of(request).database.pool
@@ -301,7 +321,7 @@ async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, 
     ]
 
 
-@router.get("/chats/{chat_id}/summary")
+@router.get("/chats/{chat_id}/summary", responses=errors(404))
 async def get_summary(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
     chat = await _chat_or_404(request, chat_id)
     return jsonable_encoder(
@@ -313,7 +333,7 @@ async def get_summary(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
     )
 
 
-@router.patch("/chats/{chat_id}")
+@router.patch("/chats/{chat_id}", responses=errors(404))
 async def rename_chat(request: Request, chat_id: uuid.UUID, body: RenameIn) -> dict[str, Any]:
     chat = await chat_store.rename_chat(services_of(request).database.pool, chat_id, body.title)
     if chat is None:
@@ -321,7 +341,7 @@ async def rename_chat(request: Request, chat_id: uuid.UUID, body: RenameIn) -> d
     return public(chat, CHAT_FIELDS)
 
 
-@router.delete("/chats/{chat_id}", status_code=204)
+@router.delete("/chats/{chat_id}", status_code=204, responses=errors(404))
 async def delete_chat(
     request: Request, chat_id: uuid.UUID, forget_memories: bool = False
 ) -> Response:

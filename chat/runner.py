@@ -27,6 +27,7 @@ from chat.state import TurnContext
 from chat.steps import short_id
 from chat.turn_recovery import recover_turn
 from core import chat_store
+from core.redact import redact
 from core.services import Services
 
 log = logging.getLogger("resolveai.chat")
@@ -90,32 +91,39 @@ async def start_turn(
     pool = services.database.pool
     run_id = uuid.uuid4()
     new_chat = None
-    if chat_id is None:
-        new_chat = await chat_store.create_chat(pool, title_from(content), temporary=temporary)
-        chat_id = new_chat["chat_id"]
-        log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
-    lease = services.settings.chat_lease_seconds  # renewed by chat/turn_jobs.py
-    claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, lease)
-    if not claimed:
-        # Claiming finds no row both when the chat is busy and when it does not exist.
-        if new_chat is None and await chat_store.get_chat(pool, chat_id) is None:
-            raise ChatNotFound(f"No chat with id {chat_id}")
-        raise ChatBusy("A reply is still being written in this chat; wait for it or stop it.")
-    if claimed["previous_run_id"] is not None:  # the last reply's server died while writing it
-        await recover_turn(services, claimed["previous_run_id"])
     continues = None
-    try:
-        if resume is not None:
-            continues = await chat_store.resume_reply(pool, chat_id, resume, run_id)
-            if continues is None:
-                raise MessageNotFound(
-                    f"No reply with id {resume} to continue in this chat: only the last reply,"
-                    " stopped or failed with some text written, can be continued."
-                )
-        message = await _question(pool, chat_id, content, regenerate, edit, continues)
-    except BaseException:
-        await chat_store.release_chat_run(pool, chat_id, run_id)
-        raise
+    lease = services.settings.chat_lease_seconds  # renewed by chat/turn_jobs.py
+    if chat_id is None:
+        # Chat, claim and first message in one statement: nothing is left half-made if the
+        # database refuses the message.
+        new_chat, message_id = await chat_store.start_chat(
+            pool, title_from(content), content, run_id, lease, temporary=temporary
+        )
+        chat_id = new_chat["chat_id"]
+        claimed: dict[str, Any] = new_chat
+        message: dict[str, Any] = {"message_id": message_id, "content": content}
+        log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
+    else:
+        claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, lease)
+        if not claimed:
+            # Claiming finds no row both when the chat is busy and when it does not exist.
+            if await chat_store.get_chat(pool, chat_id) is None:
+                raise ChatNotFound(f"No chat with id {chat_id}")
+            raise ChatBusy("A reply is still being written in this chat; wait for it or stop it.")
+        if claimed["previous_run_id"] is not None:  # the last reply's server died writing it
+            await recover_turn(services, claimed["previous_run_id"])
+        try:
+            if resume is not None:
+                continues = await chat_store.resume_reply(pool, chat_id, resume, run_id)
+                if continues is None:
+                    raise MessageNotFound(
+                        f"No reply with id {resume} to continue in this chat: only the last"
+                        " reply, stopped or failed with some text written, can be continued."
+                    )
+            message = await _question(pool, chat_id, content, regenerate, edit, continues)
+        except BaseException:
+            await chat_store.release_chat_run(pool, chat_id, run_id)
+            raise
     content = message["content"]
     what = (
         "continuing a reply" if continues else "answering a message again" if regenerate
@@ -235,7 +243,8 @@ async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -
 
 
 def readable_error(error: BaseException) -> str:
-    """What the user is told when a reply fails: the first line of the reason, kept short."""
-    lines = str(error).strip().splitlines()
+    """What the user is told when a reply fails: the first line of the reason, kept short, any
+    secret in it (a provider echoing its key) masked."""
+    lines = redact(str(error)).strip().splitlines()
     reason = lines[0][:300] if lines else type(error).__name__
     return f"The assistant could not finish this reply ({reason}). Please try again."

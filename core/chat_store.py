@@ -89,6 +89,35 @@ async def create_chat(db: Db, title: str | None = None, temporary: bool = False)
     return row
 
 
+async def start_chat(
+    db: Db,
+    title: str | None,
+    first_message: str,
+    run_id: uuid.UUID,
+    lease_seconds: float,
+    temporary: bool = False,
+) -> tuple[dict[str, Any], uuid.UUID]:
+    """A new chat with its first (user) message as its head, claimed for `run_id`'s reply (the
+    row carries `previous_run_id`, None, and `memory_paused`, as `claim_chat_run`'s does): the
+    chat's row and the message's id. One statement, so a message the database refuses leaves no
+    empty chat."""
+    message_id = uuid.uuid4()  # known up front: the chat's head from its first row on
+    row = await fetch_one(
+        db,
+        "WITH chat AS (INSERT INTO chats (title, temporary, run_id, run_expires_at, head_id)"
+        " VALUES (%(title)s, %(temporary)s, %(run)s,"
+        "  now() + make_interval(secs => %(lease)s), %(message)s) RETURNING *),"
+        " added AS (INSERT INTO messages (message_id, chat_id, role, content)"
+        "  SELECT %(message)s, chat_id, 'user', %(content)s FROM chat RETURNING message_id)"
+        " SELECT chat.*, NULL::uuid AS previous_run_id,"
+        f" {MEMORY_PAUSED_SQL} AS memory_paused FROM chat, added",
+        {"title": _clean_title(title), "temporary": temporary, "run": run_id,
+         "lease": lease_seconds, "message": message_id, "content": first_message},
+    )  # fmt: skip
+    assert row is not None
+    return row, message_id
+
+
 async def get_chat(db: Db, chat_id: uuid.UUID) -> dict[str, Any] | None:
     return await fetch_one(db, "SELECT * FROM chats WHERE chat_id = %s", (chat_id,))
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -19,8 +20,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core import redact
 from core.errors import StartupError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +45,16 @@ class Settings(BaseSettings):
     app_port: int = Field(8000, ge=1, le=65535)
     app_data_dir: Path = Path("./data")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # The address browsers use when it is not APP_HOST (a reverse proxy, a name): its host is
+    # accepted in Host and its origin in Origin (core/http_guard.py).
+    app_public_url: str | None = None
+    # More names (or name:port) the server answers to; "*" accepts any Host (the check is off).
+    allowed_hosts: Annotated[list[str], NoDecode] = []
+    # Largest request body read, in bytes; a bigger one gets 413 before it is parsed.
+    max_request_bytes: int = Field(1_048_576, ge=1024)
+    # FastAPI's /docs and /redoc pages: they load Swagger UI and ReDoc from a CDN, outside the
+    # app's Content-Security-Policy. /openapi.json is always served.
+    api_docs: bool = False
 
     # Database: unset means an embedded Postgres in $APP_DATA_DIR/pg.
     database_url: str | None = None
@@ -93,6 +105,26 @@ class Settings(BaseSettings):
             raise ValueError("must start with postgresql:// or postgres://")
         return value.strip()
 
+    @field_validator("app_public_url")
+    @classmethod
+    def _public_url_is_http(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http:// or https:// address, e.g. https://chat.example.com"
+            )
+        return value.strip().rstrip("/")
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _hosts_separated_by_commas(cls, value: object) -> object:
+        # ALLOWED_HOSTS=chat.example.com, 192.168.1.20:8000
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
     @field_validator(
         "groq_api_key",
         "gemini_api_key",
@@ -112,6 +144,7 @@ class Settings(BaseSettings):
         "models_config",
         "local_model_threads",
         "local_model_url",
+        "app_public_url",
         "web_search_provider",
         "web_pages_dir",
         mode="before",
@@ -151,6 +184,21 @@ class Settings(BaseSettings):
     def langfuse_enabled(self) -> bool:
         return self.langfuse_public_key is not None and self.langfuse_secret_key is not None
 
+    def secret_values(self) -> list[str]:
+        """Every secret these settings hold (keys, the database password), for `core/redact.py`
+        to mask wherever it shows up; plus keys read from the environment by name (a
+        MODELS_CONFIG deployment's `os.environ/NAME`)."""
+        values = [
+            value.get_secret_value()
+            for name in type(self).model_fields
+            if isinstance(value := getattr(self, name), SecretStr)
+        ]
+        for url in (self.database_url, self.local_model_url, self.langfuse_host):
+            if url and (password := urlsplit(url).password):
+                values.append(password)
+        values += [v for k, v in os.environ.items() if redact.SECRET_ENV_NAME.search(k) and v]
+        return values
+
     def secret(self, env_name: str) -> str | None:
         """A key named like its environment variable, from the settings or else the environment."""
         field = env_name.lower()
@@ -171,7 +219,15 @@ def describe_validation_error(error: ValidationError) -> str:
             continue
         name = ".".join(str(p) for p in item["loc"]).upper() or "settings"
         value = item.get("input")
-        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        # The value as given, its secrets masked (a DATABASE_URL with any scheme, a key).
+        field = Settings.model_fields.get(name.lower())
+        secret = field is not None and field.annotation in (SecretStr, SecretStr | None)
+        if isinstance(value, dict):
+            shown = ""
+        elif secret:
+            shown = " = '***'"
+        else:
+            shown = f" = {redact.redact(repr(value))}"
         parts.append(f"{name}{shown}: {item['msg']}")
     return "Invalid setting " + "; ".join(parts)
 
@@ -179,9 +235,11 @@ def describe_validation_error(error: ValidationError) -> str:
 def load_settings(**overrides: object) -> Settings:
     """Read settings, turning pydantic's error into a `SettingsError` that names the setting."""
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as error:
         raise SettingsError(describe_validation_error(error)) from None
+    redact.remember(settings.secret_values())
+    return settings
 
 
 @lru_cache(maxsize=1)

@@ -36,6 +36,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from core.config import Settings
 from core.errors import StartupError
+from core.redact import redact
 
 logger = logging.getLogger("resolveai.db")
 
@@ -61,11 +62,9 @@ class MigrationError(StartupError):
 
 
 def mask_conninfo(url: str) -> str:
-    """`url` with any password replaced by `***`, fit for logs and error messages."""
-    # URL form: postgresql://user:secret@host/db -> postgresql://user:***@host/db
-    masked = re.sub(r"^(\w+://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url)
-    # Query-string or key=value form: password=secret
-    return re.sub(r"(?i)(\bpassword=)[^&\s]*", r"\1***", masked)
+    """`url` with any password replaced by `***`, fit for logs and error messages (the masking
+    itself is core/redact.py's, the one place that decides what a secret looks like)."""
+    return redact(url)
 
 
 def _describe_target(url: str) -> str:
@@ -320,8 +319,24 @@ _returned_at: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
 )
 
 
+def _refuse_busy(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Raise if `conn` is not idle: still running a statement or still in pipeline mode. A task
+    cancelled inside a pipelined block (a Stop cancels the reply's work) was seen to leave its
+    connection so, reported idle when given back and busy when handed out next: the statement of
+    whoever got it then failed ("can't change 'autocommit' now: connection in transaction status
+    ACTIVE", 500s under schemathesis). The pool closes a connection its check or reset refuses."""
+    pgconn = conn.pgconn
+    if (
+        pgconn.transaction_status != pq.TransactionStatus.IDLE
+        or pgconn.pipeline_status != pq.PipelineStatus.OFF
+    ):
+        raise psycopg.OperationalError("connection left busy by its last user: discarded")
+
+
 async def _check_idle_connection(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The pool's check on checkout, skipped for a connection that was in use just now."""
+    """The pool's check on checkout, skipped for a connection that was in use just now (but for
+    the busy test, which costs no round trip)."""
+    _refuse_busy(conn)
     returned = _returned_at.get(conn)
     if returned is not None and time.monotonic() - returned < CHECK_AFTER_IDLE_SECONDS:
         return
@@ -331,6 +346,7 @@ async def _check_idle_connection(conn: psycopg.AsyncConnection[Any]) -> None:
 async def _note_return(conn: psycopg.AsyncConnection[Any]) -> None:
     """On return to the pool: note when, for `_check_idle_connection`. (core/chat_store.py, the one
     user of autocommit, puts its connections back in transaction mode itself.)"""
+    _refuse_busy(conn)
     _returned_at[conn] = time.monotonic()
 
 

@@ -1,9 +1,15 @@
-"""Terminal logging in plain language: one short line per step, from our code, not library noise."""
+"""Terminal logging in plain language: one short line per step, from our code, not library noise.
+
+Every line, tracebacks included, is passed through `core/redact.py` on its way out: a secret that
+a library puts in an exception or a URL is masked whatever logged it.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+
+from core.redact import redact
 
 # Libraries that narrate their internals at INFO; their warnings still show.
 NOISY_LOGGERS = (
@@ -39,9 +45,17 @@ class _DropStartupTraceback(logging.Filter):
 startup_traceback_filter = _DropStartupTraceback()
 
 
+class RedactingFormatter(logging.Formatter):
+    """The one-line format, with every secret in the whole record (message, arguments,
+    traceback) masked."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s  %(message)s", datefmt="%H:%M:%S"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s  %(message)s", datefmt="%H:%M:%S"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -63,3 +63,60 @@ def test_env_example_lists_every_setting_with_its_default() -> None:
     assert set(listed) == fields
     defaults = Settings(_env_file=PROJECT_ROOT / ".env.example")
     assert defaults == load_settings(_env_file=None)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://root:hunter2secret@localhost/db",
+        "redis://:hunter2secret@cache:6379/0",
+        "sqlite:///db?password=hunter2secret",
+        "mongodb+srv://app:hunter2secret@cluster0.example.net/app",
+    ],
+)
+def test_a_refused_database_url_never_shows_its_password(url: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(_env_file=None, database_url=url)
+    message = str(caught.value)
+    assert "DATABASE_URL" in message and "hunter2secret" not in message
+    assert url.split("://")[0] in message  # still says what was given, masked
+
+
+def test_settings_secrets_are_masked_in_every_log_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    from core.logs import configure_logging
+
+    monkeypatch.setenv("MY_PROXY_TOKEN", "tok-env-0123456789")
+    settings = load_settings(
+        _env_file=None,
+        groq_api_key="gsk_live_0123456789abcdef",
+        database_url="postgresql://app:pg-pass-0123@db.example.com/app",
+    )
+    assert settings.groq_api_key is not None
+    root = logging.getLogger()
+    kept = (root.handlers[:], root.level)
+    configure_logging()
+    try:
+        log = logging.getLogger("resolveai.test")
+        log.warning("provider said: Invalid API key gsk_live_0123456789abcdef for this request")
+        log.warning(
+            "GET https://generativelanguage.googleapis.com/v1/models?key=AIzaSyD-xyz123&alt=sse"
+        )
+        log.warning("proxy %s answered 407", "tok-env-0123456789")
+        log.warning("libpq: password=pg-pass-0123 host=db.example.com")
+        try:
+            raise RuntimeError("connect to amqp://guest:rabbit-pass-99@mq:5672/ failed")
+        except RuntimeError:
+            log.exception("worker crashed")
+    finally:
+        root.handlers[:], level = kept
+        root.setLevel(level)
+    printed = capsys.readouterr().err
+    for secret in ("gsk_live_0123456789abcdef", "AIzaSyD-xyz123", "tok-env-0123456789",
+                   "pg-pass-0123", "rabbit-pass-99"):  # fmt: skip
+        assert secret not in printed, printed
+    assert printed.count("***") >= 6  # masked, not dropped
+    assert "Traceback" in printed and "worker crashed" in printed

@@ -26,6 +26,7 @@ from core.db import (
     mask_conninfo,
     migrate,
 )
+from core.statements import fetch_one
 
 
 def unit_vector(*nonzero: tuple[int, float]) -> np.ndarray:
@@ -371,3 +372,18 @@ asyncio.run(main())
     chat = await chat_store.get_chat(database.pool, uuid.UUID(reported["chat_id"]))
     assert chat is not None
     assert chat["title"] == title
+
+
+async def test_a_connection_given_back_busy_is_never_handed_out_again(pool) -> None:
+    # As a task cancelled inside a pipelined block was seen to leave one: still in pipeline mode,
+    # reported idle. The next user of it failed; the pool must close it instead.
+    async with pool.connection() as conn:
+        conn.pgconn.enter_pipeline_mode()
+        busy = conn
+    for _ in range(100):  # the pool takes a connection back in a task of its own
+        if busy.closed:
+            break
+        await asyncio.sleep(0.02)
+    assert busy.closed
+    for _ in range(3):
+        assert await fetch_one(pool, "SELECT 1 AS one", ()) == {"one": 1}

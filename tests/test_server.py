@@ -198,6 +198,15 @@ def test_wrong_database_url_is_one_clear_line(tmp_path: Path) -> None:
     assert "hunter2" not in output
 
 
+def test_a_database_url_of_another_kind_is_refused_without_its_password(tmp_path: Path) -> None:
+    code, output = run_server_expecting_failure(
+        tmp_path, DATABASE_URL="mysql://app:hunter2@127.0.0.1/app"
+    )
+    assert code == 2
+    assert "Invalid setting DATABASE_URL = 'mysql://app:***@127.0.0.1/app'" in output, output
+    assert "hunter2" not in output and "Traceback" not in output
+
+
 def test_invalid_setting_is_one_clear_line(tmp_path: Path) -> None:
     code, output = run_server_expecting_failure(tmp_path, APP_PORT="not-a-port")
     assert code == 2

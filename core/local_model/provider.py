@@ -42,6 +42,7 @@ from core.custom_provider import (
 from core.local_model.process import Endpoint, LocalModelFailure, LocalModelProcess
 from core.local_model.queue import ModelQueue, QueueFull
 from core.model_progress import reading_what, report_progress, someone_is_watching
+from core.redact import redact
 
 log = logging.getLogger("resolveai.models")
 
@@ -71,7 +72,8 @@ class LocalModelProvider(CustomProvider):
 
     def health(self) -> dict[str, Any]:
         if self.process is None:
-            return {"state": "external", "url": self.settings.local_model_url}
+            # /api/health is public to the machine: a password in the URL stays out of it.
+            return {"state": "external", "url": redact(str(self.settings.local_model_url))}
         return self.process.health()
 
     def close(self) -> None:
