@@ -65,7 +65,9 @@ async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Servi
     for phase in report.of("resolveai") + report.of("resolveai + embeddings"):
         # A message claims its chat, saves two messages, reads its history and releases the chat;
         # after the reply, its memory extraction claims the job, reads the message and finishes.
-        assert 5 <= phase.round_trips_per_turn <= 25
+        # Some writes are periodic (the event log every 0.1 s while events wait, the stop flag
+        # every 0.5 s), so a turn slowed by a loaded machine makes more: 28 seen at load 4.
+        assert 5 <= phase.round_trips_per_turn <= 40
     assert 5 <= sum(report.breakdown.values()) <= 25
     assert any("add_message" in label for label in report.breakdown)
 
