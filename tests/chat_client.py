@@ -85,3 +85,10 @@ async def send(
     async with client.stream("POST", url, json={"content": content, "use_web": use_web}) as r:
         assert r.status_code == 200, await r.aread()
         return [e async for e in read_events(r) if e["type"] != "heartbeat"]
+
+
+async def messages_of(client: httpx.AsyncClient, chat_id: Any) -> list[dict[str, Any]]:
+    """The chat's messages, as `GET /api/chats/{id}/messages` lists them (the branch shown)."""
+    response = await client.get(f"/api/chats/{chat_id}/messages")
+    assert response.status_code == 200, response.text
+    return response.json()

@@ -13,7 +13,6 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import pytest
 
 from chat import summary
@@ -23,7 +22,7 @@ from chat.summary import FOLD_AT_UNSUMMARISED, FOLD_MESSAGES, summary_words
 from core import chat_store
 from core.llm_router import provider_handler
 from core.prompts import WEB_NOTE
-from tests.chat_client import read_events, send
+from tests.chat_client import messages_of, read_events, send
 
 # `chat_services` (the app's services on the scripted model), `model` (the scripted provider,
 # reset) and `client` (HTTP to the real app on them) come from conftest.py.
@@ -35,12 +34,6 @@ def types(events: list[dict[str, Any]]) -> list[str]:
 
 def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
-
-
-async def messages_of(client: httpx.AsyncClient, chat_id: str) -> list[dict[str, Any]]:
-    response = await client.get(f"/api/chats/{chat_id}/messages")
-    assert response.status_code == 200
-    return response.json()
 
 
 # --- streaming and saving ------------------------------------------------------------------------

@@ -37,18 +37,19 @@ from core.services import Services
 from core.statements import execute
 from rag.embedder import Embedder
 from server import DATABASE_DOWN, create_app
-from tests.chat_client import free_port, read_events, read_numbered_events, send, serve_app
+from tests.chat_client import (
+    free_port,
+    messages_of,
+    read_events,
+    read_numbered_events,
+    send,
+    serve_app,
+)
 from tests.conftest import SCRIPTED_MODELS
 
 
 def words(count: int) -> str:
     return " ".join(f"word{i}" for i in range(count))
-
-
-async def messages_of(client: httpx.AsyncClient, chat_id: str) -> list[dict[str, Any]]:
-    response = await client.get(f"/api/chats/{chat_id}/messages")
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 async def start_reading(

@@ -15,13 +15,7 @@ import httpx
 
 from core import chat_store
 from core.services import Services
-from tests.chat_client import read_events, send
-
-
-async def messages_of(client: httpx.AsyncClient, chat_id: Any) -> list[dict[str, Any]]:
-    response = await client.get(f"/api/chats/{chat_id}/messages")
-    assert response.status_code == 200, response.text
-    return response.json()
+from tests.chat_client import messages_of, read_events, send
 
 
 async def stream(client: httpx.AsyncClient, method: str, path: str, **body: Any) -> list[dict]:
