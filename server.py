@@ -9,39 +9,48 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import getpass
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import psycopg_pool
 import uvicorn
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.openapi.docs import (
     get_redoc_html,
     get_swagger_ui_html,
     get_swagger_ui_oauth2_redirect_html,
 )
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chat import summary
+from chat.auth import SESSION_COOKIE, identify, prepare_accounts, require_user
+from chat.auth_routes import public_router as auth_public_router
+from chat.auth_routes import router as auth_router
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
 from chat.turn_jobs import TurnJobs
 from chat.turn_recovery import recover_abandoned_turns
 from chat.warm_up import warm_local_model
+from core import accounts
 from core.api_schema import install_api_schema
 from core.config import Settings, get_settings
+from core.db import Database
 from core.errors import StartupError
 from core.http_errors import (
     RequestContext,
     allowed_methods,
     error_response,
+    errors,
     install_error_handlers,
 )
 from core.http_guard import BodyGuard, HostOriginGuard, HttpPolicy
@@ -74,14 +83,28 @@ CSP_EXEMPT_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc")
 class Pages(StaticFiles):
     """The UI's files. Mounted at /, it gets every request no route took, those to /api/ too:
     there it answers what the API would, a 405 (with Allow) for an endpoint asked with another
-    method and a 404 for no endpoint at all, never StaticFiles' own 405 or a file."""
+    method and a 404 for no endpoint at all, never StaticFiles' own 405 or a file.
+
+    With AUTH_MODE=password the app's page goes only to a signed-in browser; any other is sent
+    to the sign-in page before a byte of the app loads (its scripts and styles hold no data)."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
         if scope["path"].startswith("/api/"):
             if allowed_methods(scope["app"], scope["path"]):
                 raise HTTPException(405)  # Allow: added by the handler (core/http_errors.py)
             raise HTTPException(404, f"No API endpoint at {scope['path']}")
+        if path in ("", ".", "index.html") and not await self._signed_in(scope):
+            return RedirectResponse("/login.html", status_code=303)
         return await super().get_response(path, scope)
+
+    @staticmethod
+    async def _signed_in(scope: Scope) -> bool:
+        request = Request(scope)
+        settings = request.app.state.settings
+        if settings.auth_mode == "none":
+            return True
+        pool = request.app.state.services.database.pool
+        return await identify(settings, pool, {}, request.cookies.get(SESSION_COOKIE)) is not None
 
 
 class SecurityHeaders:
@@ -140,6 +163,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         except StartupError as error:
             report_startup_failure(str(error))
             raise
+        try:
+            await prepare_accounts(active, opened.database.pool)
+        except StartupError as error:
+            report_startup_failure(str(error))
+            await opened.close()
+            raise
         app.state.services = opened
         try:
             async with (
@@ -164,8 +193,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.add_middleware(SecurityHeaders)
     install_error_handlers(app)
     install_api_schema(app, lambda: app.state.settings.max_request_bytes)
-    app.include_router(chat_router)
-    app.include_router(memory_router)
+    # Every API router but sign-in is behind require_user (chat/auth.py): no route can forget it.
+    signed_in: dict[str, Any] = {"dependencies": [Depends(require_user)], "responses": errors(401)}
+    app.include_router(auth_public_router)
+    app.include_router(auth_router, **signed_in)
+    app.include_router(chat_router, **signed_in)
+    app.include_router(memory_router, **signed_in)
     add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)
@@ -286,6 +319,36 @@ def freeze_startup_objects() -> None:
 app = create_app()
 
 
+def add_user_command(settings: Settings, args: list[str]) -> int:
+    """`python server.py add-user NAME [--admin]`: an account, its password typed twice (or
+    taken from RESOLVEAI_NEW_PASSWORD, for scripts). The first admin takes over the single-user
+    install's chats and memories."""
+    names = [a for a in args if not a.startswith("--")]
+    if len(names) != 1 or set(args) - {*names, "--admin"}:
+        print("usage: python server.py add-user NAME [--admin]", file=sys.stderr)
+        return 2
+    password = os.environ.get("RESOLVEAI_NEW_PASSWORD") or getpass.getpass("Password: ")
+    if "RESOLVEAI_NEW_PASSWORD" not in os.environ and getpass.getpass("Again: ") != password:
+        print("The passwords differ; nothing changed.", file=sys.stderr)
+        return 1
+
+    async def add() -> dict[str, Any]:
+        database = await Database.open(settings)
+        try:
+            return await accounts.add_user(database.pool, names[0], password, "--admin" in args)
+        finally:
+            await database.close()
+
+    try:
+        row = asyncio.run(add())
+    except accounts.AccountError as error:
+        print(error, file=sys.stderr)
+        return 1
+    role = "admin" if row["is_admin"] else "user"
+    print(f"Added {role} {row['username']} ({row['user_id']}). Sign in with AUTH_MODE=password.")
+    return 0
+
+
 def main() -> int:
     configure_logging()
     try:
@@ -294,6 +357,8 @@ def main() -> int:
         report_startup_failure(str(error))
         return 2
     configure_logging(settings.log_level)
+    if sys.argv[1:2] == ["add-user"]:
+        return add_user_command(settings, sys.argv[2:])
     # log_config=None: uvicorn's records go through our one-line format.
     uvicorn.run(app, host=settings.app_host, port=settings.app_port, log_config=None)
     return 0

@@ -67,6 +67,7 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from core import chat_store, memory_search, memory_store
+from core.accounts import LOCAL_USER_ID
 from core.config import load_settings
 from core.db import Database, _configure_connection
 from core.memory_search import EF_SEARCH, RELEVANCE_FLOOR, ef_search_sql
@@ -254,7 +255,9 @@ async def nearest_ids(
     sql = ("EXPLAIN " if explain else "") + NEAREST_SQL
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(ef_search_sql(K, ef_search))
-        cursor = await conn.execute(sql, {"vector": vector, "model": model, "limit": K})
+        cursor = await conn.execute(
+            sql, {"vector": vector, "model": model, "limit": K, "user": LOCAL_USER_ID}
+        )
         return [row[0] for row in await cursor.fetchall()]
 
 
@@ -328,13 +331,17 @@ async def measure_searches(
 
     async def timed(name: str, query: str) -> None:
         started = time.perf_counter()
-        found = await memory_search.retrieve_memories(pools[name], given, query, K, efs[name])
+        found = await memory_search.retrieve_memories(
+            pools[name], given, query, user_id=LOCAL_USER_ID, limit=K, ef_search=efs[name]
+        )
         seconds[name].append(time.perf_counter() - started)
         kept[name].append({m.memory_id for m in found})
 
     for query in queries:  # warm-up: caches and connections, not measured
         for name in names:
-            await memory_search.retrieve_memories(pools[name], given, query, K, efs[name])
+            await memory_search.retrieve_memories(
+                pools[name], given, query, user_id=LOCAL_USER_ID, limit=K, ef_search=efs[name]
+            )
     # The exact scans read the whole table: run between the others, they would slow whichever
     # row comes next (caches), so they get a pass of their own, after the interleaved one.
     for query in queries:
@@ -491,7 +498,9 @@ async def run(
                 seconds = []
                 for query in queries:
                     started = time.perf_counter()
-                    await memory_search.retrieve_memories(main_pool, embedder, query, K)
+                    await memory_search.retrieve_memories(
+                        main_pool, embedder, query, user_id=LOCAL_USER_ID, limit=K
+                    )
                     seconds.append(time.perf_counter() - started)
                 report.end_to_end_ms = (
                     statistics.median(seconds) * 1000,

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from chat.memory_recall import recall_memories
 from chat.state import TurnContext
 from core import chat_store, memory_store
+from core.accounts import LOCAL_USER_ID
 from evals.datasets import load_locomo
 from evals.scratch import scratch_database
 from rag.embedder import Embedder
@@ -52,12 +53,13 @@ async def run(memories: int, questions: int) -> None:
             turn = TurnContext(
                 services=services,  # type: ignore[arg-type]  # what recall reads of Services
                 chat_id=chat["chat_id"], user_message_id=uuid.uuid4(), run_id=uuid.uuid4(),
+                user_id=LOCAL_USER_ID,
                 user_text=question,
                 trace_id="bench", started=time.monotonic(), memory="recall" if recall else "off",
             )  # fmt: skip
             started = time.perf_counter()
             await asyncio.gather(
-                chat_store.get_chat(pool, chat["chat_id"]),
+                chat_store.get_chat(pool, chat["chat_id"], user_id=None),
                 chat_store.recent_messages(pool, chat["chat_id"], limit=11),
                 recall_memories(turn, question),
             )

@@ -99,12 +99,14 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
         result.skipped = "the message is gone"
     elif message["temporary"]:
         result.skipped = "temporary chat"
-    elif await memory_paused(pool):
+    elif await memory_paused(pool, message["user_id"]):
         result.skipped = "memory is paused"
     if message is None or result.skipped:
         return result
     text = message["content"]
-    known = await retrieve_memories(pool, services.embedder, text, limit=KNOWN_MEMORIES)
+    known = await retrieve_memories(
+        pool, services.embedder, text, user_id=message["user_id"], limit=KNOWN_MEMORIES
+    )
     response = await services.router.acompletion(
         model="memory",
         messages=memory_extraction_request(
@@ -124,20 +126,22 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
         result.seconds = time.monotonic() - started
         return result
     for operation in operations:
-        await _apply(services, message_id, text, operation, [m.memory_id for m in known], result)
+        await _apply(services, message, operation, [m.memory_id for m in known], result)
     result.seconds = time.monotonic() - started
     return result
 
 
 async def _apply(
     services: Services,
-    message_id: uuid.UUID,
-    text: str,
+    message: dict[str, Any],
     operation: dict[str, Any],
     known_ids: list[uuid.UUID],
     result: ExtractionResult,
 ) -> None:
+    """One operation of the model's on the user's memories (`message`: the user message read,
+    as `chat_store.user_message_in_context` gives it)."""
     pool, embedder = services.database.pool, services.embedder
+    message_id, text = message["message_id"], message["content"]
     kind, fact = operation.get("op"), operation.get("fact")
     numbers = operation.get("sentences")
     if kind not in ("add", "update", "supersede") or not isinstance(fact, str):
@@ -160,8 +164,9 @@ async def _apply(
     try:
         if kind == "update":
             row = await memory_store.update_memory(
-                pool, embedder, target, content=fact, quote=quote, message_id=message_id
-            )
+                pool, embedder, target, user_id=message["user_id"], content=fact, quote=quote,
+                message_id=message_id,
+            )  # fmt: skip
             if row is not None:
                 result.updated.append(row)
                 log.info("Memory: updated to %r (quote %r)", row["content"], row["quote"])

@@ -48,6 +48,7 @@ async def recall_memories(turn: TurnContext, text: str) -> list[str]:
             turn.services.database.pool,
             turn.services.embedder,
             text,
+            user_id=turn.user_id,
             limit=RECALL_LIMIT,
             include_superseded=about_the_past(text),
         )

@@ -18,6 +18,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
+from chat.auth import user_of
 from core import memory_store
 from core.api_schema import NON_BLANK_TEXT
 from core.http_errors import errors
@@ -78,12 +79,14 @@ async def list_memories(
 ) -> dict[str, Any]:
     """Memories newest first (`q` finds text in the fact or its quote); `forget_token` is what
     "forget everything" must send back."""
-    pool = _services(request).database.pool
-    rows, total = await memory_store.list_memories(pool, q, limit, offset, include_superseded)
+    pool, user_id = _services(request).database.pool, user_of(request).user_id
+    rows, total = await memory_store.list_memories(
+        pool, user_id, q, limit, offset, include_superseded
+    )
     return {
         "memories": [public_memory(row) for row in rows],
         "total": total,
-        "forget_token": await memory_store.forget_token(pool),
+        "forget_token": await memory_store.forget_token(pool, user_id),
     }
 
 
@@ -91,7 +94,9 @@ async def list_memories(
 async def export_memories(request: Request) -> JSONResponse:
     """Every memory, superseded ones included, as one JSON file."""
     pool = _services(request).database.pool
-    rows, _ = await memory_store.list_memories(pool, limit=1_000_000, include_superseded=True)
+    rows, _ = await memory_store.list_memories(
+        pool, user_of(request).user_id, limit=1_000_000, include_superseded=True
+    )
     return JSONResponse(
         {
             "exported_at": datetime.now(UTC).isoformat(),
@@ -110,7 +115,9 @@ async def export_is_read_only() -> None:
 
 @router.get("/memories/{memory_id}", responses=errors(404))
 async def get_memory(request: Request, memory_id: uuid.UUID) -> dict[str, Any]:
-    row = await memory_store.get_memory(_services(request).database.pool, memory_id)
+    row = await memory_store.get_memory(
+        _services(request).database.pool, memory_id, user_of(request).user_id
+    )
     if row is None:
         raise HTTPException(404, f"No memory with id {memory_id}")
     return public_memory(row)
@@ -124,6 +131,7 @@ async def edit_memory(request: Request, memory_id: uuid.UUID, body: MemoryEdit) 
             services.database.pool,
             services.embedder,
             memory_id,
+            user_id=user_of(request).user_id,
             content=body.content,
             quote=body.quote,
         )
@@ -136,7 +144,9 @@ async def edit_memory(request: Request, memory_id: uuid.UUID, body: MemoryEdit) 
 
 @router.delete("/memories/{memory_id}", status_code=204, responses=errors(404))
 async def delete_memory(request: Request, memory_id: uuid.UUID) -> Response:
-    if not await memory_store.delete_memory(_services(request).database.pool, memory_id):
+    if not await memory_store.delete_memory(
+        _services(request).database.pool, memory_id, user_of(request).user_id
+    ):
         raise HTTPException(404, f"No memory with id {memory_id}")
     return Response(status_code=204)
 
@@ -146,7 +156,9 @@ async def forget_everything(
     request: Request, confirm: Annotated[str, Query(min_length=1, max_length=100)]
 ) -> dict[str, Any]:
     """Delete every memory; `confirm` must be the `forget_token` of the latest listing."""
-    deleted = await memory_store.forget_all(_services(request).database.pool, confirm)
+    deleted = await memory_store.forget_all(
+        _services(request).database.pool, user_of(request).user_id, confirm
+    )
     if deleted is None:
         raise HTTPException(
             409, "The memories changed since you looked: reload the list and confirm again."
@@ -156,9 +168,11 @@ async def forget_everything(
 
 @router.get("/settings")
 async def get_settings(request: Request) -> dict[str, Any]:
-    return await get_preferences(_services(request).database.pool)
+    return await get_preferences(_services(request).database.pool, user_of(request).user_id)
 
 
 @router.patch("/settings")
 async def edit_settings(request: Request, body: SettingsEdit) -> dict[str, Any]:
-    return await set_preferences(_services(request).database.pool, **body.model_dump())
+    return await set_preferences(
+        _services(request).database.pool, user_of(request).user_id, **body.model_dump()
+    )

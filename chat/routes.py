@@ -30,9 +30,10 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from chat.auth import user_of
 from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, MessageNotFound, start_turn
 from chat.turn_jobs import TurnJobs, follow_turn, request_stop
-from core import chat_store, memory_store, turn_store
+from core import accounts, chat_store, memory_store, turn_store
 from core.api_schema import NON_BLANK_TEXT, event_stream_route
 from core.http_errors import errors
 from core.preferences import memory_paused
@@ -137,12 +138,15 @@ async def _stream(
     services = services_of(request)
     if use_web and services.search_provider is None:
         raise HTTPException(400, f"Web search is not available: {services.features['web_search']}.")
+    user = user_of(request)
+    await _within_limits(request, user)
     try:
         turn = await start_turn(
             services,
             chat_id,
             content,
             use_web,
+            user_id=user.user_id,
             temporary=temporary,
             wake_memory=request.app.state.memory_worker.wake,
             regenerate=regenerate,
@@ -155,6 +159,24 @@ async def _stream(
         raise HTTPException(409, str(error)) from None
     job = await jobs_of(request).start(turn)
     return event_stream(job.follow(0))
+
+
+async def _within_limits(request: Request, user: accounts.User) -> None:
+    """429 past the user's message limits (AUTH_MODE=password; one user has none)."""
+    settings = request.app.state.settings
+    if settings.auth_mode != "password":
+        return
+    wait = await accounts.admit_message(
+        services_of(request).database.pool,
+        user.user_id,
+        settings.rate_limit_messages_per_minute,
+        settings.rate_limit_concurrent_replies,
+    )
+    if wait is not None:
+        raise HTTPException(
+            429, f"You are sending messages faster than this server allows: try again in {wait} s.",
+            {"Retry-After": str(wait)},
+        )  # fmt: skip
 
 
 def event_stream(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> EventSourceResponse:
@@ -182,7 +204,7 @@ async def client_config(request: Request) -> dict[str, Any]:
     available = services.search_provider is not None
     return {
         "max_message_chars": MAX_MESSAGE_CHARS,
-        "memory": {"paused": await memory_paused(services.database.pool)},
+        "memory": {"paused": await memory_paused(services.database.pool, user_of(request).user_id)},
         "web_search": {
             "available": available,
             "reason": None if available else services.features["web_search"],
@@ -190,19 +212,21 @@ async def client_config(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/messages", **event_stream_route(404, 409))
+@router.post("/messages", **event_stream_route(404, 409, 429))
 async def send_message(request: Request, body: NewMessageIn) -> Response:
     """Send a message; with no `chat_id` it starts a new chat (announced by a `chat` event)."""
     return await _stream(request, body.chat_id, body.content, body.use_web, body.temporary)
 
 
-@router.post("/chats/{chat_id}/messages", **event_stream_route(404, 409))
+@router.post("/chats/{chat_id}/messages", **event_stream_route(404, 409, 429))
 async def send_message_to_chat(request: Request, chat_id: uuid.UUID, body: MessageIn) -> Response:
     return await _stream(request, chat_id, body.content, body.use_web)
 
 
-@router.post("/chats/{chat_id}/messages/{message_id}/regenerate", **event_stream_route(404, 409))
-@router.post("/chats/{chat_id}/messages/{message_id}/retry", **event_stream_route(404, 409))
+@router.post(
+    "/chats/{chat_id}/messages/{message_id}/regenerate", **event_stream_route(404, 409, 429)
+)
+@router.post("/chats/{chat_id}/messages/{message_id}/retry", **event_stream_route(404, 409, 429))
 async def regenerate_reply(
     request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: RegenerateIn | None = None
 ) -> Response:
@@ -215,7 +239,7 @@ async def regenerate_reply(
     return await _stream(request, chat_id, "", use_web, regenerate=message_id)
 
 
-@router.patch("/chats/{chat_id}/messages/{message_id}", **event_stream_route(404, 409))
+@router.patch("/chats/{chat_id}/messages/{message_id}", **event_stream_route(404, 409, 429))
 async def edit_message(
     request: Request, chat_id: uuid.UUID, message_id: uuid.UUID, body: MessageIn
 ) -> Response:
@@ -224,7 +248,7 @@ async def edit_message(
     return await _stream(request, chat_id, body.content, body.use_web, edit=message_id)
 
 
-@router.post("/chats/{chat_id}/messages/{message_id}/continue", **event_stream_route(404, 409))
+@router.post("/chats/{chat_id}/messages/{message_id}/continue", **event_stream_route(404, 409, 429))
 async def continue_reply(request: Request, chat_id: uuid.UUID, message_id: uuid.UUID) -> Response:
     """Continue a reply that was stopped or failed (the chat's last): the stream starts with its
     text so far and goes on from there; the whole is saved in its place. 404 for any other."""
@@ -239,8 +263,8 @@ async def show_version(
     it becomes the one shown, and read by the next reply. Answers the branch's messages, like
     `GET …/messages`. 409 while a reply is being written in the chat."""
     pool = services_of(request).database.pool
+    await _chat_or_404(request, chat_id)
     if await chat_store.show_version(pool, chat_id, message_id) is None:
-        await _chat_or_404(request, chat_id)
         if await chat_store.get_message(pool, chat_id, message_id) is None:
             raise HTTPException(404, f"No message with id {message_id} in this chat")
         raise HTTPException(409, "A reply is being written in this chat; wait for it or stop it.")
@@ -289,13 +313,17 @@ async def list_chats(
     q: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[dict[str, Any]]:
-    """Chats, newest activity first; `q` filters by title."""
-    rows = await chat_store.list_chats(services_of(request).database.pool, limit, q)
+    """Your chats, newest activity first; `q` filters by title."""
+    rows = await chat_store.list_chats(
+        services_of(request).database.pool, user_of(request).user_id, limit, q
+    )
     return [public(row, CHAT_FIELDS) for row in rows]
 
 
 async def _chat_or_404(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
-    chat = await chat_store.get_chat(services_of(request).database.pool, chat_id)
+    chat = await chat_store.get_chat(
+        services_of(request).database.pool, chat_id, user_id=user_of(request).user_id
+    )
     if chat is None:
         raise HTTPException(404, f"No chat with id {chat_id}")
     return chat
@@ -335,7 +363,9 @@ async def get_summary(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
 
 @router.patch("/chats/{chat_id}", responses=errors(404))
 async def rename_chat(request: Request, chat_id: uuid.UUID, body: RenameIn) -> dict[str, Any]:
-    chat = await chat_store.rename_chat(services_of(request).database.pool, chat_id, body.title)
+    chat = await chat_store.rename_chat(
+        services_of(request).database.pool, chat_id, body.title, user_of(request).user_id
+    )
     if chat is None:
         raise HTTPException(404, f"No chat with id {chat_id}")
     return public(chat, CHAT_FIELDS)
@@ -347,11 +377,14 @@ async def delete_chat(
 ) -> Response:
     """Delete a chat; `forget_memories=true` also deletes the memories that came from it."""
     pool = services_of(request).database.pool
+    await _chat_or_404(request, chat_id)  # before stopping anything: only your own chat's reply
     # A reply being written stops first (saved, then deleted with the chat); its readers see it end.
     await request_stop(services_of(request), jobs_of(request), chat_id)
     job = jobs_of(request).running(chat_id)
     if job is not None and job.task is not None:
         await asyncio.wait({job.task}, timeout=DELETE_WAIT_SECONDS)
-    if not await chat_store.delete_chat(pool, chat_id, forget_memories=forget_memories):
+    if not await chat_store.delete_chat(
+        pool, chat_id, user_of(request).user_id, forget_memories=forget_memories
+    ):
         raise HTTPException(404, f"No chat with id {chat_id}")
     return Response(status_code=204)

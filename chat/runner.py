@@ -74,14 +74,17 @@ async def start_turn(
     chat_id: uuid.UUID | None,
     content: str,
     use_web: bool,
+    *,
+    user_id: uuid.UUID,
     temporary: bool = False,
     wake_memory: Callable[[], None] | None = None,
     regenerate: uuid.UUID | None = None,
     edit: uuid.UUID | None = None,
     resume: uuid.UUID | None = None,
 ) -> Turn:
-    """Create/claim the chat and save the user's message; raises ChatNotFound, ChatBusy or
-    MessageNotFound. `temporary` makes a new chat one that neither reads nor writes memory.
+    """Create/claim the chat (one of `user_id`'s) and save the user's message; raises ChatNotFound
+    (also for another user's chat), ChatBusy or MessageNotFound. `temporary` makes a new chat one
+    that neither reads nor writes memory.
 
     `regenerate`: answer this message again (a question, or the question of a reply): its new
     reply is another version, the others stay; `content` is then unused. `edit`: `content` is a
@@ -97,17 +100,17 @@ async def start_turn(
         # Chat, claim and first message in one statement: nothing is left half-made if the
         # database refuses the message.
         new_chat, message_id = await chat_store.start_chat(
-            pool, title_from(content), content, run_id, lease, temporary=temporary
+            pool, title_from(content), content, run_id, lease, user_id, temporary=temporary
         )
         chat_id = new_chat["chat_id"]
         claimed: dict[str, Any] = new_chat
         message: dict[str, Any] = {"message_id": message_id, "content": content}
         log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
     else:
-        claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, lease)
+        claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, lease, user_id=user_id)
         if not claimed:
-            # Claiming finds no row both when the chat is busy and when it does not exist.
-            if await chat_store.get_chat(pool, chat_id) is None:
+            # Claiming finds no row both when the chat is busy and when it is not the user's.
+            if await chat_store.get_chat(pool, chat_id, user_id=user_id) is None:
                 raise ChatNotFound(f"No chat with id {chat_id}")
             raise ChatBusy("A reply is still being written in this chat; wait for it or stop it.")
         if claimed["previous_run_id"] is not None:  # the last reply's server died writing it
@@ -138,6 +141,7 @@ async def start_turn(
     context = TurnContext(
         services=services,
         chat_id=chat_id,
+        user_id=user_id,
         user_message_id=message["message_id"],
         run_id=run_id,
         user_text=content,

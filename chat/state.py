@@ -25,6 +25,7 @@ class TurnContext:
 
     services: Services
     chat_id: uuid.UUID
+    user_id: uuid.UUID  # whose chat it is: the memories read and written are theirs
     user_message_id: uuid.UUID
     run_id: uuid.UUID  # this turn's: its reply is saved under it (one reply per turn)
     user_text: str  # what the user typed

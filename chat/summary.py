@@ -100,7 +100,7 @@ async def fold_summary(services: Services, chat_id: uuid.UUID, trace_id: str | N
     turn tries again); a failing database raises.
     """
     pool = services.database.pool
-    chat = await chat_store.get_chat(pool, chat_id)
+    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
     if chat is None:  # deleted meanwhile
         return False
     previous_upto = chat["summary_upto_message_id"]

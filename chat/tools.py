@@ -149,6 +149,7 @@ async def retrieve_memory(query: str, config: RunnableConfig) -> str:
         turn.services.database.pool,
         turn.services.embedder,
         query,
+        user_id=turn.user_id,
         include_superseded=about_the_past(query),
     )
     where = f"chat {turn.chat_id.hex[:8]}, {_elapsed_ms(started)} ms"

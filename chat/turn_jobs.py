@@ -187,7 +187,7 @@ class TurnJob:
                 continue
             try:
                 claimed = await chat_store.claim_chat_run(
-                    self._pool, self.chat_id, self.run_id, lease
+                    self._pool, self.chat_id, self.run_id, lease, user_id=None
                 )
             except Exception as error:
                 if now - renewed > lease:

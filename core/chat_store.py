@@ -25,7 +25,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from core.preferences import MEMORY_PAUSED_SQL
+from core.accounts import LOCAL_USER_ID
+from core.preferences import memory_paused_sql
 from core.statements import Db, fetch_all, fetch_one
 
 DEFAULT_TITLE = "New chat"
@@ -77,13 +78,15 @@ def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
 # Chats
 
 
-async def create_chat(db: Db, title: str | None = None, temporary: bool = False) -> dict[str, Any]:
-    """A new empty chat; a missing or blank title becomes 'New chat'. A temporary chat neither
-    reads nor writes memory."""
+async def create_chat(
+    db: Db, title: str | None = None, temporary: bool = False, user_id: uuid.UUID = LOCAL_USER_ID
+) -> dict[str, Any]:
+    """A new empty chat of `user_id`'s; a missing or blank title becomes 'New chat'. A temporary
+    chat neither reads nor writes memory."""
     row = await fetch_one(
         db,
-        "INSERT INTO chats (title, temporary) VALUES (%s, %s) RETURNING *",
-        (_clean_title(title), temporary),
+        "INSERT INTO chats (title, temporary, user_id) VALUES (%s, %s, %s) RETURNING *",
+        (_clean_title(title), temporary, user_id),
     )
     assert row is not None
     return row
@@ -95,74 +98,91 @@ async def start_chat(
     first_message: str,
     run_id: uuid.UUID,
     lease_seconds: float,
+    user_id: uuid.UUID,
     temporary: bool = False,
 ) -> tuple[dict[str, Any], uuid.UUID]:
-    """A new chat with its first (user) message as its head, claimed for `run_id`'s reply (the
-    row carries `previous_run_id`, None, and `memory_paused`, as `claim_chat_run`'s does): the
-    chat's row and the message's id. One statement, so a message the database refuses leaves no
-    empty chat."""
+    """A new chat of `user_id`'s with its first (user) message as its head, claimed for
+    `run_id`'s reply (the row carries `previous_run_id`, None, and `memory_paused`, as
+    `claim_chat_run`'s does): the chat's row and the message's id. One statement, so a message
+    the database refuses leaves no empty chat."""
     message_id = uuid.uuid4()  # known up front: the chat's head from its first row on
     row = await fetch_one(
         db,
-        "WITH chat AS (INSERT INTO chats (title, temporary, run_id, run_expires_at, head_id)"
+        "WITH chat AS (INSERT INTO chats"
+        "  (title, temporary, run_id, run_expires_at, head_id, user_id)"
         " VALUES (%(title)s, %(temporary)s, %(run)s,"
-        "  now() + make_interval(secs => %(lease)s), %(message)s) RETURNING *),"
+        "  now() + make_interval(secs => %(lease)s), %(message)s, %(user)s) RETURNING *),"
         " added AS (INSERT INTO messages (message_id, chat_id, role, content)"
         "  SELECT %(message)s, chat_id, 'user', %(content)s FROM chat RETURNING message_id)"
         " SELECT chat.*, NULL::uuid AS previous_run_id,"
-        f" {MEMORY_PAUSED_SQL} AS memory_paused FROM chat, added",
-        {"title": _clean_title(title), "temporary": temporary, "run": run_id,
+        f" {memory_paused_sql('chat.user_id')} AS memory_paused FROM chat, added",
+        {"title": _clean_title(title), "temporary": temporary, "run": run_id, "user": user_id,
          "lease": lease_seconds, "message": message_id, "content": first_message},
     )  # fmt: skip
     assert row is not None
     return row, message_id
 
 
-async def get_chat(db: Db, chat_id: uuid.UUID) -> dict[str, Any] | None:
-    return await fetch_one(db, "SELECT * FROM chats WHERE chat_id = %s", (chat_id,))
+async def get_chat(
+    db: Db, chat_id: uuid.UUID, *, user_id: uuid.UUID | None
+) -> dict[str, Any] | None:
+    """The chat, if it is `user_id`'s (None: whoever's it is, for the server's own work)."""
+    return await fetch_one(
+        db,
+        "SELECT * FROM chats WHERE chat_id = %s AND (%s::uuid IS NULL OR user_id = %s)",
+        (chat_id, user_id, user_id),
+    )
 
 
 async def list_chats(
-    db: Db, limit: int = 100, title_filter: str | None = None
+    db: Db, user_id: uuid.UUID, limit: int = 100, title_filter: str | None = None
 ) -> list[dict[str, Any]]:
-    """Chats with the most recent activity first; `title_filter` matches part of the title,
-    ignoring case, with `%` and `_` taken literally."""
+    """The user's chats with the most recent activity first; `title_filter` matches part of the
+    title, ignoring case, with `%` and `_` taken literally."""
     if title_filter:
         escaped = title_filter.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         return await fetch_all(
             db,
-            "SELECT * FROM chats WHERE title ILIKE %s"
+            "SELECT * FROM chats WHERE user_id = %s AND title ILIKE %s"
             " ORDER BY updated_at DESC, created_at DESC LIMIT %s",
-            (f"%{escaped}%", limit),
+            (user_id, f"%{escaped}%", limit),
         )
     return await fetch_all(
-        db, "SELECT * FROM chats ORDER BY updated_at DESC, created_at DESC LIMIT %s", (limit,)
+        db,
+        "SELECT * FROM chats WHERE user_id = %s ORDER BY updated_at DESC, created_at DESC LIMIT %s",
+        (user_id, limit),
     )
 
 
-async def rename_chat(db: Db, chat_id: uuid.UUID, title: str) -> dict[str, Any] | None:
-    """The renamed chat, or None if it does not exist.
+async def rename_chat(
+    db: Db, chat_id: uuid.UUID, title: str, user_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """The renamed chat, or None if the user has no such chat.
 
     Leaves `updated_at` alone: renaming is not activity, so it does not move the chat to the top.
     """
     return await fetch_one(
         db,
-        "UPDATE chats SET title = %s WHERE chat_id = %s RETURNING *",
-        (_clean_title(title), chat_id),
+        "UPDATE chats SET title = %s WHERE chat_id = %s AND user_id = %s RETURNING *",
+        (_clean_title(title), chat_id, user_id),
     )
 
 
-async def delete_chat(db: Db, chat_id: uuid.UUID, forget_memories: bool = False) -> bool:
-    """Delete a chat and (by cascade) its messages; False if it did not exist.
+async def delete_chat(
+    db: Db, chat_id: uuid.UUID, user_id: uuid.UUID, forget_memories: bool = False
+) -> bool:
+    """Delete one of the user's chats and (by cascade) its messages; False if there is none.
 
     Memories learned from it stay, with their source set to NULL, unless `forget_memories`: then
     they go too, in the same statement.
     """
     row = await fetch_one(
         db,
-        "WITH forgotten AS (DELETE FROM memories WHERE %(forget)s AND source_chat_id = %(chat)s)"
-        " DELETE FROM chats WHERE chat_id = %(chat)s RETURNING chat_id",
-        {"chat": chat_id, "forget": forget_memories},
+        "WITH chat AS (SELECT chat_id FROM chats WHERE chat_id = %(chat)s AND user_id = %(user)s),"
+        " forgotten AS (DELETE FROM memories WHERE %(forget)s"
+        "  AND source_chat_id IN (SELECT chat_id FROM chat))"
+        " DELETE FROM chats WHERE chat_id IN (SELECT chat_id FROM chat) RETURNING chat_id",
+        {"chat": chat_id, "user": user_id, "forget": forget_memories},
     )
     return row is not None
 
@@ -191,23 +211,29 @@ async def set_summary(
 
 
 async def claim_chat_run(
-    db: Db, chat_id: uuid.UUID, run_id: uuid.UUID, lease_seconds: float
+    db: Db,
+    chat_id: uuid.UUID,
+    run_id: uuid.UUID,
+    lease_seconds: float,
+    *,
+    user_id: uuid.UUID | None,
 ) -> dict[str, Any] | None:
     """Claim the chat for one reply (or extend this run's claim): the chat's id, `temporary` flag,
-    `previous_run_id` (an expired claim taken over: its turn may need recovering) and whether
-    memory is paused (`memory_paused`, read on the way), or None if another run holds it (or
-    there is no such chat)."""
+    owner (`user_id`), `previous_run_id` (an expired claim taken over: its turn may need
+    recovering) and whether memory is paused (`memory_paused`, read on the way), or None if
+    another run holds it (or `user_id` has no such chat; None: whoever's it is)."""
     return await fetch_one(
         db,
         "UPDATE chats AS c SET run_id = %(run)s,"
         " run_expires_at = now() + make_interval(secs => %(lease)s)"
-        " FROM (SELECT chat_id, run_id FROM chats WHERE chat_id = %(chat)s FOR UPDATE) AS old"
+        " FROM (SELECT chat_id, run_id FROM chats WHERE chat_id = %(chat)s"
+        "  AND (%(user)s::uuid IS NULL OR user_id = %(user)s) FOR UPDATE) AS old"
         " WHERE c.chat_id = old.chat_id"
         " AND (c.run_id IS NULL OR c.run_id = %(run)s OR c.run_expires_at < now())"
-        " RETURNING c.chat_id, c.temporary,"
+        " RETURNING c.chat_id, c.temporary, c.user_id,"
         " CASE WHEN old.run_id <> %(run)s THEN old.run_id END AS previous_run_id,"
-        f" {MEMORY_PAUSED_SQL} AS memory_paused",
-        {"chat": chat_id, "run": run_id, "lease": lease_seconds},
+        f" {memory_paused_sql('c.user_id')} AS memory_paused",
+        {"chat": chat_id, "run": run_id, "lease": lease_seconds, "user": user_id},
     )
 
 
@@ -484,7 +510,7 @@ async def user_message_in_context(db: Db, message_id: uuid.UUID) -> dict[str, An
     message)."""
     return await fetch_one(
         db,
-        "SELECT m.message_id, m.chat_id, m.content, m.sent_at, c.temporary,"
+        "SELECT m.message_id, m.chat_id, m.content, m.sent_at, c.temporary, c.user_id,"
         " (SELECT p.content FROM messages AS p WHERE p.message_id = m.parent_id"
         "  AND p.role = 'assistant') AS previous_reply"
         " FROM messages AS m JOIN chats AS c USING (chat_id)"

@@ -6,6 +6,7 @@ message naming the setting (see `load_settings`); missing optional keys switch f
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -55,6 +56,22 @@ class Settings(BaseSettings):
     # FastAPI's /docs and /redoc pages: they load Swagger UI and ReDoc from a CDN, outside the
     # app's Content-Security-Policy. /openapi.json is always served.
     api_docs: bool = False
+
+    # Accounts (core/accounts.py). none: one user, no sign-in (only on a loopback address);
+    # password: users sign in, and each sees only their own chats and memories.
+    auth_mode: Literal["none", "password"] = "none"
+    # The first admin, created (taking over the single-user data) at start-up if no account has
+    # a password yet; or run `python server.py add-user NAME --admin`.
+    admin_username: str | None = None
+    admin_password: SecretStr | None = None
+    session_hours: float = Field(336.0, gt=0)  # a sign-in lasts this long (14 days)
+    # Sign-in throttling: this many failures for one name (or 4x from one address) within the
+    # window make further tries wait (429).
+    login_max_failures: int = Field(5, ge=1)
+    login_window_seconds: float = Field(900.0, gt=0)
+    # Per-user limits with AUTH_MODE=password (0: none): messages a minute, replies at once.
+    rate_limit_messages_per_minute: int = Field(20, ge=0)
+    rate_limit_concurrent_replies: int = Field(3, ge=0)
 
     # Database: unset means an embedded Postgres in $APP_DATA_DIR/pg.
     database_url: str | None = None
@@ -132,6 +149,7 @@ class Settings(BaseSettings):
         "tavily_api_key",
         "langfuse_public_key",
         "langfuse_secret_key",
+        "admin_password",
         mode="before",
     )
     @classmethod
@@ -147,6 +165,7 @@ class Settings(BaseSettings):
         "app_public_url",
         "web_search_provider",
         "web_pages_dir",
+        "admin_username",
         mode="before",
     )
     @classmethod
@@ -160,6 +179,17 @@ class Settings(BaseSettings):
     @classmethod
     def _provider_name_any_case(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _open_only_on_loopback(self) -> Settings:
+        # Without accounts, whoever reaches the port reads every chat and memory.
+        if self.auth_mode == "none" and not is_loopback(self.app_host):
+            raise ValueError(
+                f"AUTH_MODE=none: refusing to serve on {self.app_host}, which other machines"
+                " can reach, without sign-in; set AUTH_MODE=password (and ADMIN_USERNAME,"
+                " ADMIN_PASSWORD), or APP_HOST=127.0.0.1"
+            )
+        return self
 
     @model_validator(mode="after")
     def _web_search_is_usable(self) -> Settings:
@@ -208,6 +238,16 @@ class Settings(BaseSettings):
                 return value.get_secret_value()
             return value
         return os.environ.get(env_name) or None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach an address the server binds to."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:  # a name other than localhost may resolve to anything
+        return False
 
 
 def describe_validation_error(error: ValidationError) -> str:

@@ -164,10 +164,16 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
 DESCRIPTIONS = {
     400: "Bad request: a Host the server does not answer to, or what was asked cannot be done "
     "with this configuration (e.g. web search with no provider).",
-    403: "A state-changing request from another site (its Origin or Sec-Fetch-Site).",
+    401: "Not signed in (AUTH_MODE=password): no valid session cookie or `Authorization: Bearer` "
+    "API token.",
+    403: "A state-changing request from another site (its Origin or Sec-Fetch-Site), or without "
+    "the session's X-CSRF-Token; or not allowed for this account.",
     404: "No such chat, message, memory or reply.",
-    409: "Conflicts with the current state (a reply is already being written, a stale token…).",
+    409: "Conflicts with the current state (a reply is already being written, a stale token, a "
+    "taken username, accounts asked of a server with AUTH_MODE=none…).",
     413: "The request body is larger than MAX_REQUEST_BYTES.",
+    429: "Too many requests (messages per minute, replies at once, failed sign-ins): wait for "
+    "Retry-After seconds.",
     422: "Invalid input: a field's type, length or format, or text Postgres cannot store "
     "(a NUL character, a lone surrogate).",
     500: "An unexpected error, logged with the request id.",

@@ -22,7 +22,7 @@ from datetime import datetime
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from core.memory_store import MEMORY_COLUMNS, QueryEmbedder, check_embedding
+from core.memory_store import ITERATIVE_SCAN_SQL, MEMORY_COLUMNS, QueryEmbedder, check_embedding
 
 # Both thresholds are cosine similarities (1 - pgvector's `<=>` distance) of all-MiniLM-L6-v2
 # vectors, measured by `python -m evals.memory_thresholds` (re-run it after changing the embedder).
@@ -145,7 +145,7 @@ WITH total AS (
     WHERE memories > 0 ORDER BY memories, lexeme LIMIT {MAX_SEARCHED_WORDS}
 ), by_meaning AS (
     SELECT memory_id FROM memories
-    WHERE embed_model = %(model)s AND (%(history)s OR valid_to IS NULL)
+    WHERE user_id = %(user)s AND embed_model = %(model)s AND (%(history)s OR valid_to IS NULL)
     ORDER BY embedding <=> %(vector)s LIMIT %(candidates)s
 ), by_words AS (
     SELECT memory_id, {_SHARED_IDF.format(words="content_words")} AS score FROM memories
@@ -153,7 +153,7 @@ WITH total AS (
         SELECT string_agg(single::text, ' | ')::tsquery FROM scored_words
         WHERE memories <= {MAX_WORD_SHARE} * (SELECT memories FROM total)
     )
-      AND (%(history)s OR valid_to IS NULL)
+      AND user_id = %(user)s AND (%(history)s OR valid_to IS NULL)
     ORDER BY score DESC, created_at DESC, memory_id LIMIT %(candidates)s
 ), scored AS (
     SELECT {MEMORY_COLUMNS}, embedding <=> %(vector)s AS distance,
@@ -177,12 +177,14 @@ async def retrieve_memories(
     pool: AsyncConnectionPool,
     embedder: QueryEmbedder,
     query: str,
+    *,
+    user_id: uuid.UUID,
     limit: int = 5,
     ef_search: int = EF_SEARCH,
     include_superseded: bool = False,
 ) -> list[RetrievedMemory]:
-    """Up to `limit` memories most relevant to `query` (by meaning and by shared rare words, see
-    `CANDIDATES` and `MEANING_WEIGHT`), best first.
+    """Up to `limit` of the user's memories most relevant to `query` (by meaning and by shared
+    rare words, see `CANDIDATES` and `MEANING_WEIGHT`), best first.
 
     Memories less similar in meaning than `RELEVANCE_FLOOR` are left out unless their words match
     the query strongly (`WORDS_MIN_COVERAGE`), so an unrelated query returns nothing; the test
@@ -204,6 +206,7 @@ async def retrieve_memories(
         # the server together instead of one round trip each.
         async with conn.pipeline(), conn.transaction():
             await conn.execute(ef_search_sql(candidates, ef_search))
+            await conn.execute(ITERATIVE_SCAN_SQL)
             await cur.execute(
                 HYBRID_SQL,
                 {
@@ -214,6 +217,7 @@ async def retrieve_memories(
                     "max_distance": 1.0 - RELEVANCE_FLOOR,
                     "limit": limit,
                     "history": include_superseded,
+                    "user": user_id,
                 },
             )
         rows = await cur.fetchall()

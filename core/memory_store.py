@@ -74,9 +74,14 @@ MEMORY_COLUMNS = (
 # re-embedding that is every row, so the filter removes nothing the index scan would need.
 NEAREST_SQL = (
     f"SELECT {MEMORY_COLUMNS}, embedding <=> %(vector)s AS distance FROM memories"
-    " WHERE embed_model = %(model)s AND valid_to IS NULL"
+    " WHERE user_id = %(user)s AND embed_model = %(model)s AND valid_to IS NULL"
     " ORDER BY embedding <=> %(vector)s LIMIT %(limit)s"
 )
+
+
+# HNSW with a WHERE (one user's memories among everyone's): pgvector 0.8's iterative scan goes on
+# past ef_search candidates until enough rows pass the filter, instead of returning too few.
+ITERATIVE_SCAN_SQL = "SET LOCAL hnsw.iterative_scan = relaxed_order"
 
 
 class NotGrounded(ValueError):
@@ -155,11 +160,16 @@ async def add_memory(
     return row
 
 
-async def _user_message(cur: Any, message_id: uuid.UUID) -> dict[str, Any]:
-    """The user message that is a memory's evidence; NotGrounded if there is none by that id."""
+async def _user_message(
+    cur: Any, message_id: uuid.UUID, user_id: uuid.UUID | None = None
+) -> dict[str, Any]:
+    """The user message that is a memory's evidence, with its chat's owner (`user_id`, whose the
+    memory is); NotGrounded if there is none by that id (of `user_id`'s, when given)."""
     await cur.execute(
-        "SELECT message_id, chat_id, content FROM messages WHERE message_id = %s AND role = 'user'",
-        (message_id,),
+        "SELECT m.message_id, m.chat_id, m.content, c.user_id FROM messages AS m"
+        " JOIN chats AS c USING (chat_id) WHERE m.message_id = %s AND m.role = 'user'"
+        " AND (%s::uuid IS NULL OR c.user_id = %s)",
+        (message_id, user_id, user_id),
     )
     row = await cur.fetchone()
     if row is None:
@@ -215,17 +225,20 @@ async def save_grounded_memory(
             # Held until the transaction ends, so a concurrent save of the same fact (another
             # request, another server process) checks only after this one's row is committed.
             await cur.execute("SELECT pg_advisory_xact_lock(%s)", (SAVE_LOCK_KEY,))
+            await cur.execute(ITERATIVE_SCAN_SQL)
             await cur.execute(
-                NEAREST_SQL, {"vector": vector, "model": embedder.model_name, "limit": 2}
-            )
+                NEAREST_SQL,
+                {"vector": vector, "model": embedder.model_name, "limit": 2,
+                 "user": message["user_id"]},
+            )  # fmt: skip
             for nearest in await cur.fetchall():
                 similarity = 1.0 - float(nearest.pop("distance"))
                 if nearest["memory_id"] != supersedes and similarity >= DUPLICATE_SIMILARITY:
                     return SaveResult(saved=False, memory=nearest, similarity=similarity)
             await cur.execute(
-                "INSERT INTO memories"
-                " (content, quote, embedding, embed_model, source_chat_id, source_message_id)"
-                " VALUES (%(content)s, %(quote)s, %(vector)s, %(model)s, %(chat)s, %(message)s)"
+                "INSERT INTO memories (content, quote, embedding, embed_model, source_chat_id,"
+                " source_message_id, user_id) VALUES (%(content)s, %(quote)s, %(vector)s,"
+                " %(model)s, %(chat)s, %(message)s, %(user)s)"
                 f" RETURNING {MEMORY_COLUMNS}",
                 {
                     "content": text,
@@ -234,6 +247,7 @@ async def save_grounded_memory(
                     "model": embedder.model_name,
                     "chat": message["chat_id"],
                     "message": message["message_id"],
+                    "user": message["user_id"],
                 },
             )
             row = await cur.fetchone()
@@ -255,11 +269,14 @@ async def update_memory(
     pool: AsyncConnectionPool,
     embedder: Embedder,
     memory_id: uuid.UUID,
+    *,
+    user_id: uuid.UUID,
     content: str | None = None,
     quote: str | None = None,
     message_id: uuid.UUID | None = None,
 ) -> dict[str, Any] | None:
-    """Change a memory's text (re-embedded) and/or its evidence; None if there is no such memory.
+    """Change one of the user's memories' text (re-embedded) and/or its evidence; None if the user
+    has no such memory.
 
     A new `quote` must be found in the memory's source message, or in `message_id` when given (the
     evidence then moves to that message: an extraction making a fact more precise). NotGrounded
@@ -274,8 +291,8 @@ async def update_memory(
     ):
         await cur.execute(
             "SELECT memory_id, content, source_message_id FROM memories WHERE memory_id = %s"
-            " FOR UPDATE",
-            (memory_id,),
+            " AND user_id = %s FOR UPDATE",
+            (memory_id, user_id),
         )
         current = await cur.fetchone()
         if current is None:
@@ -287,7 +304,7 @@ async def update_memory(
             source = message_id or current["source_message_id"]
             if source is None:
                 raise NotGrounded("the message this memory came from was deleted")
-            message = await _user_message(cur, source)
+            message = await _user_message(cur, source, user_id)
             fact = text or current["content"]
             values |= {
                 "quote": _grounded_quote(fact, quote, message["content"]),
@@ -313,10 +330,13 @@ async def update_memory(
         return await cur.fetchone()
 
 
-async def get_memory(pool: AsyncConnectionPool, memory_id: uuid.UUID) -> dict[str, Any] | None:
+async def get_memory(
+    pool: AsyncConnectionPool, memory_id: uuid.UUID, user_id: uuid.UUID
+) -> dict[str, Any] | None:
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE memory_id = %s", (memory_id,)
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE memory_id = %s AND user_id = %s",
+            (memory_id, user_id),
         )
         return await cur.fetchone()
 
@@ -337,21 +357,24 @@ async def get_memories(
 
 async def list_memories(
     pool: AsyncConnectionPool,
+    user_id: uuid.UUID,
     q: str | None = None,
     limit: int = 50,
     offset: int = 0,
     include_superseded: bool = False,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Memories newest first, and how many match in all; `q` finds text in the fact or quote."""
+    """The user's memories newest first, and how many match in all; `q` finds text in the fact
+    or quote."""
     pattern = None
     if q and q.strip():
         escaped = q.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         pattern = f"%{escaped}%"
     where = (
-        " WHERE (%(history)s OR valid_to IS NULL)"
+        " WHERE user_id = %(user)s AND (%(history)s OR valid_to IS NULL)"
         " AND (%(pattern)s::text IS NULL OR content ILIKE %(pattern)s OR quote ILIKE %(pattern)s)"
     )
-    params = {"history": include_superseded, "pattern": pattern, "limit": limit, "offset": offset}
+    params = {"history": include_superseded, "pattern": pattern, "limit": limit,
+              "offset": offset, "user": user_id}  # fmt: skip
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         async with conn.pipeline():
             await cur.execute(
@@ -366,9 +389,13 @@ async def list_memories(
     return rows, int(total["n"]) if total else 0
 
 
-async def delete_memory(pool: AsyncConnectionPool, memory_id: uuid.UUID) -> bool:
+async def delete_memory(
+    pool: AsyncConnectionPool, memory_id: uuid.UUID, user_id: uuid.UUID
+) -> bool:
     async with pool.connection() as conn:
-        cursor = await conn.execute("DELETE FROM memories WHERE memory_id = %s", (memory_id,))
+        cursor = await conn.execute(
+            "DELETE FROM memories WHERE memory_id = %s AND user_id = %s", (memory_id, user_id)
+        )
         return cursor.rowcount > 0
 
 
@@ -378,29 +405,33 @@ async def delete_chat_memories(conn: Any, chat_id: uuid.UUID) -> int:
     return max(cursor.rowcount, 0)
 
 
-async def forget_token(pool: AsyncConnectionPool) -> str:
-    """A token naming the memories as they are now: "forget everything" must quote it, so a
+async def forget_token(pool: AsyncConnectionPool, user_id: uuid.UUID) -> str:
+    """A token naming the user's memories as they are now: "forget everything" must quote it, so a
     memory saved after the user looked (or a stale page) makes the request fail instead of
     deleting what the user never saw."""
     async with pool.connection() as conn:
-        return await _forget_token(conn)
+        return await _forget_token(conn, user_id)
 
 
-async def _forget_token(conn: Any) -> str:
-    cursor = await conn.execute("SELECT count(*), max(updated_at), max(created_at) FROM memories")
+async def _forget_token(conn: Any, user_id: uuid.UUID) -> str:
+    cursor = await conn.execute(
+        "SELECT count(*), max(updated_at), max(created_at) FROM memories WHERE user_id = %s",
+        (user_id,),
+    )
     count, updated, created = await cursor.fetchone() or (0, None, None)
     digest = hashlib.sha256(f"{count}|{updated}|{created}".encode()).hexdigest()[:16]
     return f"{count}-{digest}"
 
 
-async def forget_all(pool: AsyncConnectionPool, token: str) -> int | None:
-    """Delete every memory if `token` is the current `forget_token`; how many, or None."""
+async def forget_all(pool: AsyncConnectionPool, user_id: uuid.UUID, token: str) -> int | None:
+    """Delete every memory of the user's if `token` is their current `forget_token`; how many,
+    or None."""
     async with pool.connection() as conn, conn.transaction():
         # One at a time: a save between the check and the delete would be lost unseen.
         await conn.execute("LOCK TABLE memories IN SHARE ROW EXCLUSIVE MODE")
-        if token != await _forget_token(conn):
+        if token != await _forget_token(conn, user_id):
             return None
-        cursor = await conn.execute("DELETE FROM memories")
+        cursor = await conn.execute("DELETE FROM memories WHERE user_id = %s", (user_id,))
         return max(cursor.rowcount, 0)
 
 

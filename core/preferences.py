@@ -1,8 +1,9 @@
-"""Install-wide preferences the user sets in the UI, kept in Postgres so every server process
-sees the same (today: whether memory is paused)."""
+"""Each user's preferences set in the UI, kept in Postgres so every server process sees the same
+(today: whether memory is paused)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -12,16 +13,18 @@ from core.statements import Db, execute, fetch_all
 DEFAULTS: dict[str, Any] = {"memory_paused": False}
 
 
-async def get_preferences(db: Db) -> dict[str, Any]:
-    """Every preference, the default where none was set."""
+async def get_preferences(db: Db, user_id: uuid.UUID) -> dict[str, Any]:
+    """Every preference of the user's, the default where none was set."""
     rows = await fetch_all(
-        db, "SELECT name, value FROM preferences WHERE name = ANY(%s)", (list(DEFAULTS),)
+        db,
+        "SELECT name, value FROM preferences WHERE user_id = %s AND name = ANY(%s)",
+        (user_id, list(DEFAULTS)),
     )
     stored = {row["name"]: row["value"] for row in rows}
     return {name: stored.get(name, default) for name, default in DEFAULTS.items()}
 
 
-async def set_preferences(db: Db, **values: Any) -> dict[str, Any]:
+async def set_preferences(db: Db, user_id: uuid.UUID, **values: Any) -> dict[str, Any]:
     """Store the given preferences (names from `DEFAULTS`); returns them all."""
     unknown = set(values) - set(DEFAULTS)
     if unknown:
@@ -29,20 +32,22 @@ async def set_preferences(db: Db, **values: Any) -> dict[str, Any]:
     for name, value in values.items():
         await execute(
             db,
-            "INSERT INTO preferences (name, value) VALUES (%s, %s) ON CONFLICT (name)"
-            " DO UPDATE SET value = excluded.value, updated_at = now()",
-            (name, Jsonb(value)),
+            "INSERT INTO preferences (user_id, name, value) VALUES (%s, %s, %s)"
+            " ON CONFLICT (user_id, name) DO UPDATE SET value = excluded.value, updated_at = now()",
+            (user_id, name, Jsonb(value)),
         )
-    return await get_preferences(db)
+    return await get_preferences(db, user_id)
 
 
-async def memory_paused(db: Db) -> bool:
-    return bool((await get_preferences(db))["memory_paused"])
+async def memory_paused(db: Db, user_id: uuid.UUID) -> bool:
+    return bool((await get_preferences(db, user_id))["memory_paused"])
 
 
-# The same as an SQL expression, for a statement that reads it on the way (a message's claim of
-# its chat: one round trip less per message).
-MEMORY_PAUSED_SQL = (
-    "coalesce((SELECT (value #>> '{}')::boolean FROM preferences WHERE name = 'memory_paused'),"
-    f" {'true' if DEFAULTS['memory_paused'] else 'false'})"
-)
+def memory_paused_sql(user_id: str) -> str:
+    """The same as an SQL expression for the user the column `user_id` names, for a statement
+    that reads it on the way (a message's claim of its chat: one round trip less per message)."""
+    return (
+        "coalesce((SELECT (value #>> '{}')::boolean FROM preferences"
+        f" WHERE user_id = {user_id} AND name = 'memory_paused'),"
+        f" {'true' if DEFAULTS['memory_paused'] else 'false'})"
+    )

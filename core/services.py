@@ -29,7 +29,6 @@ from core.llm_router import (
 )
 from core.local_model.weights import MODEL_LABEL
 from core.memory_store import reembed_stale_memories
-from core.preferences import memory_paused
 from core.tracing import configure_tracing
 from rag.embedder import Embedder
 from rag.search_providers import SearchProvider, provider_from_settings
@@ -62,7 +61,6 @@ class Services:
         }
         if database.get("ok"):
             report["memory"] = {
-                "paused": await memory_paused(self.database.pool),
                 "pending_extractions": await memory_jobs.pending(self.database.pool),
             }
         report["ok"] = bool(database.get("ok")) and self.embedder.state == "ready"

@@ -12,6 +12,7 @@ from typing import Any
 from chat import summary
 from chat.runner import start_turn, stream_turn
 from core import chat_store
+from core.accounts import LOCAL_USER_ID
 from core.services import Services
 
 
@@ -41,7 +42,7 @@ async def ask(
     the background) is waited for, not timed: the next message then finds the chat as it would
     after a pause, and a fold on the local model does not slow the next reply's figures."""
     started = time.perf_counter()
-    turn = await start_turn(services, chat_id, content, use_web)
+    turn = await start_turn(services, chat_id, content, use_web, user_id=LOCAL_USER_ID)
     tool_calls: list[dict[str, Any]] = []
     message_id: str | None = None
     error: str | None = None

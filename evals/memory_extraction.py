@@ -72,6 +72,7 @@ from chat.memory_extraction import (
 from chat.memory_worker import MemoryWorker
 from chat.runner import title_from
 from core import chat_store
+from core.accounts import LOCAL_USER_ID
 from core.grounding import best_supporting_sentence, find_quote, shares_a_word
 from core.llm_router import ModelPlan, provider_handler, register_provider
 from core.memory_search import retrieve_memories
@@ -423,7 +424,9 @@ async def free_quote_extraction(services: Services, message_id: uuid.UUID) -> di
     if message is None:
         return outcome | {"error": "no message"}
     text = message["content"]
-    known = await retrieve_memories(pool, services.embedder, text, limit=KNOWN_MEMORIES)
+    known = await retrieve_memories(
+        pool, services.embedder, text, limit=KNOWN_MEMORIES, user_id=LOCAL_USER_ID
+    )
     request = free_quote_request(
         text, message["previous_reply"], [m.content for m in known], message["sent_at"]
     )

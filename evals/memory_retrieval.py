@@ -35,6 +35,7 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from core import memory_search, memory_store
+from core.accounts import LOCAL_USER_ID
 from evals.datasets import (
     LOCOMO_CATEGORIES,
     LOCOMO_FILE,
@@ -110,7 +111,7 @@ async def nearest_by_meaning(
     async with pool.connection() as conn:
         cursor = await conn.execute(
             memory_store.NEAREST_SQL,
-            {"vector": vector, "model": embedder.model_name, "limit": limit},
+            {"vector": vector, "model": embedder.model_name, "limit": limit, "user": LOCAL_USER_ID},
         )
         rows = await cursor.fetchall()
     floor = 1.0 - memory_search.RELEVANCE_FLOOR
@@ -177,7 +178,7 @@ async def evaluate(
         for question in questions:
             evidence = set(question.evidence)
             found = await memory_search.retrieve_memories(
-                pool, embedder, question.question, limit=RETRIEVED
+                pool, embedder, question.question, limit=RETRIEVED, user_id=LOCAL_USER_ID
             )
             hybrid = [stored.turn_of_memory[m.memory_id] for m in found]
             nearest = await nearest_by_meaning(pool, embedder, question.question)
@@ -190,7 +191,7 @@ async def evaluate(
             rows["BM25 baseline"].append((question.category_name, scores(keyword, evidence)))
         for text in unrelated or []:
             found = await memory_search.retrieve_memories(
-                pool, cached, text, limit=UNRELATED_RETRIEVED
+                pool, cached, text, limit=UNRELATED_RETRIEVED, user_id=LOCAL_USER_ID
             )
             found_unrelated["retrieve_memory"].append(len(found))
             nearest = await nearest_by_meaning(pool, cached, text, UNRELATED_RETRIEVED)

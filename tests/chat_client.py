@@ -4,6 +4,7 @@ uses), and a small Server-Sent Events reader."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -32,6 +33,13 @@ async def serve(services: Services) -> AsyncIterator[str]:
 
     async with serve_app(create_app(services=services)) as url:
         yield url
+
+
+def password_services(services: Services, **settings: Any) -> Services:
+    """`services` with AUTH_MODE=password (and any other settings given), for a server whose
+    users sign in."""
+    changed = services.settings.model_copy(update={"auth_mode": "password", **settings})
+    return dataclasses.replace(services, settings=changed)
 
 
 @asynccontextmanager

@@ -20,6 +20,7 @@ from chat.nodes import MAX_MODEL_CALLS
 from chat.runner import MAX_MESSAGE_CHARS, start_turn, stream_turn
 from chat.summary import FOLD_AT_UNSUMMARISED, FOLD_MESSAGES, summary_words
 from core import chat_store
+from core.accounts import LOCAL_USER_ID
 from core.llm_router import provider_handler
 from core.prompts import WEB_NOTE
 from tests.chat_client import messages_of, read_events, send
@@ -95,7 +96,9 @@ async def test_prompt_order_and_every_unsummarised_message(client, model, chat_s
 
 async def test_web_note_reaches_the_model_not_the_database(model, chat_services) -> None:
     model.push({"text": "Searching is not possible here."})
-    turn = await start_turn(chat_services, None, "Who won the 2026 World Cup?", use_web=True)
+    turn = await start_turn(
+        chat_services, None, "Who won the 2026 World Cup?", use_web=True, user_id=LOCAL_USER_ID
+    )
     events = [event async for event in stream_turn(turn)]
     assert types(events)[-1] == "done"
     assert model.calls[0]["messages"][-1]["content"].endswith(f"<note>{WEB_NOTE}</note>")
@@ -216,7 +219,7 @@ async def test_failing_chat_provider_falls_back(chat_services, model, settings, 
     backup = provider_handler("scripted")
     backup.push({"text": "answer from the backup"})
     services = dataclasses.replace(chat_services, router=router)
-    turn = await start_turn(services, None, "hello?", use_web=False)
+    turn = await start_turn(services, None, "hello?", use_web=False, user_id=LOCAL_USER_ID)
     events = [event async for event in stream_turn(turn)]
     assert types(events)[-1] == "done"
     assert [c["model"] for c in backup.calls] == ["down", "backup"]
@@ -255,7 +258,7 @@ async def test_a_hosted_chat_model_that_hangs_falls_back_after_its_stream_timeou
     services = dataclasses.replace(chat_services, router=router)
     started = time.monotonic()
     try:
-        turn = await start_turn(services, None, "hello?", use_web=False)
+        turn = await start_turn(services, None, "hello?", use_web=False, user_id=LOCAL_USER_ID)
         events = [event async for event in stream_turn(turn)]
     finally:
         server.close()
@@ -362,7 +365,7 @@ async def test_summary_folds_the_oldest_batch_after_the_turn(client, model, chat
     assert "user message 0" in folded and "assistant message 9" in folded
     assert "user message 10" not in folded
     messages = await chat_store.list_messages(pool, chat_id)
-    chat = await chat_store.get_chat(pool, chat_id)
+    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
     assert chat["summary"] == "The user sent messages 0 to 9."
     assert chat["summary_upto_message_id"] == messages[FOLD_MESSAGES - 1]["message_id"]
     stored = (await client.get(f"/api/chats/{chat_id}/summary")).json()
@@ -414,7 +417,9 @@ async def test_twenty_turns_fold_rarely_and_keep_the_prompt_prefix(
     pointers = [None]  # the summary's last message when each turn's prompt was built
     for n in range(turns):
         if n:
-            pointers.append((await chat_store.get_chat(pool, chat_id))["summary_upto_message_id"])
+            pointers.append(
+                (await chat_store.get_chat(pool, chat_id, user_id=None))["summary_upto_message_id"]
+            )
             events = await send(client, f"turn {n}", chat_id)
         assert types(events)[-1] == "done" and "summary" not in types(events)
         await summary.settled()
@@ -452,14 +457,14 @@ async def test_failed_fold_leaves_the_reply_alone_and_is_retried(
     assert model.remaining == 0  # the fold did try
     saved = await messages_of(client, str(chat_id))
     assert (saved[-1]["content"], saved[-1]["status"]) == ("reply", "complete")
-    chat = await chat_store.get_chat(pool, chat_id)
+    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
     assert chat["summary"] is None and chat["summary_upto_message_id"] is None
 
     model.push({"text": "reply"}, {"text": "Folded at last."})
     events = await send(client, "message 20", chat_id)
     assert types(events)[-1] == "done"
     await summary.settled()
-    chat = await chat_store.get_chat(pool, chat_id)
+    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
     messages = await chat_store.list_messages(pool, chat_id)
     assert chat["summary"] == "Folded at last."
     assert chat["summary_upto_message_id"] == messages[FOLD_MESSAGES - 1]["message_id"]
@@ -489,11 +494,13 @@ async def test_next_message_does_not_wait_for_a_running_fold(
         assert types(events)[-1] == "done"
         saved = await messages_of(client, str(chat_id))
         assert saved[-1]["content"] == "second reply"
-        assert (await chat_store.get_chat(pool, chat_id))["summary"] is None  # still folding
+        assert (await chat_store.get_chat(pool, chat_id, user_id=None))[
+            "summary"
+        ] is None  # still folding
     finally:
         release.set()
     await summary.settled()
-    chat = await chat_store.get_chat(pool, chat_id)
+    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
     assert chat["summary"] == "A summary of messages 0 to 9."
     assert len(utility_calls(model)) == 1  # the second turn's fold was left to the running one
 
@@ -502,16 +509,20 @@ async def test_fold_goes_on_when_the_client_leaves_after_done(model, chat_servic
     pool = chat_services.database.pool
     chat_id = await _chat_with_messages(pool, FOLD_AT_UNSUMMARISED - 2)
     model.push({"text": "reply"}, {"text": "Folded without its client."})
-    turn = await start_turn(chat_services, chat_id, "message 18", use_web=False)
+    turn = await start_turn(
+        chat_services, chat_id, "message 18", use_web=False, user_id=LOCAL_USER_ID
+    )
     stream = stream_turn(turn)
     async for event in stream:
         if event["type"] == "done":
             break
     await stream.aclose()  # the client is gone
     await summary.settled()
-    chat = await chat_store.get_chat(pool, chat_id)
+    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
     assert chat["summary"] == "Folded without its client."
-    assert await chat_store.claim_chat_run(pool, chat_id, uuid.uuid4(), 1)  # released, too
+    assert await chat_store.claim_chat_run(
+        pool, chat_id, uuid.uuid4(), 1, user_id=None
+    )  # released, too
 
 
 def test_summary_word_target() -> None:

@@ -9,6 +9,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from core import chat_store
+from core.accounts import LOCAL_USER_ID
 from core.chat_store import ChatNotFound
 
 
@@ -18,17 +19,17 @@ async def test_create_get_rename_delete(pool: AsyncConnectionPool) -> None:
     assert chat["title"] == "Trip planning"  # whitespace tidied
     assert chat["summary"] is None
 
-    assert await chat_store.get_chat(pool, chat["chat_id"]) == chat
+    assert await chat_store.get_chat(pool, chat["chat_id"], user_id=None) == chat
 
-    renamed = await chat_store.rename_chat(pool, chat["chat_id"], "Japan trip")
+    renamed = await chat_store.rename_chat(pool, chat["chat_id"], "Japan trip", LOCAL_USER_ID)
     assert renamed is not None
     assert renamed["title"] == "Japan trip"
     assert renamed["updated_at"] == chat["updated_at"]  # renaming is not activity
-    assert await chat_store.rename_chat(pool, uuid.uuid4(), "nobody") is None
+    assert await chat_store.rename_chat(pool, uuid.uuid4(), "nobody", LOCAL_USER_ID) is None
 
-    assert await chat_store.delete_chat(pool, chat["chat_id"]) is True
-    assert await chat_store.get_chat(pool, chat["chat_id"]) is None
-    assert await chat_store.delete_chat(pool, chat["chat_id"]) is False
+    assert await chat_store.delete_chat(pool, chat["chat_id"], LOCAL_USER_ID) is True
+    assert await chat_store.get_chat(pool, chat["chat_id"], user_id=None) is None
+    assert await chat_store.delete_chat(pool, chat["chat_id"], LOCAL_USER_ID) is False
 
 
 async def test_missing_or_blank_title_becomes_new_chat(pool: AsyncConnectionPool) -> None:
@@ -42,25 +43,28 @@ async def test_list_chats_newest_activity_first_and_filtered(pool: AsyncConnecti
     second = await chat_store.create_chat(pool, f"{tag} second")
     other = await chat_store.create_chat(pool, "unrelated 100%")
 
-    listed = await chat_store.list_chats(pool, title_filter=tag.upper())  # ignores case
+    listed = await chat_store.list_chats(
+        pool, LOCAL_USER_ID, title_filter=tag.upper()
+    )  # ignores case
     assert [c["chat_id"] for c in listed] == [second["chat_id"], first["chat_id"]]
 
     # A new message in the older chat moves it to the top.
     await chat_store.add_message(pool, first["chat_id"], "user", "bump")
-    listed = await chat_store.list_chats(pool, title_filter=tag)
+    listed = await chat_store.list_chats(pool, LOCAL_USER_ID, title_filter=tag)
     assert [c["chat_id"] for c in listed] == [first["chat_id"], second["chat_id"]]
     assert listed[0]["updated_at"] > first["updated_at"]
 
-    everything = await chat_store.list_chats(pool, limit=1000)
+    everything = await chat_store.list_chats(pool, LOCAL_USER_ID, limit=1000)
     ids = [c["chat_id"] for c in everything]
     assert ids.index(first["chat_id"]) < ids.index(other["chat_id"])
-    assert len(await chat_store.list_chats(pool, limit=2)) == 2
+    assert len(await chat_store.list_chats(pool, LOCAL_USER_ID, limit=2)) == 2
 
     # % and _ in the filter are literal characters, not wildcards.
-    assert [c["chat_id"] for c in await chat_store.list_chats(pool, title_filter="d 100%")] == [
-        other["chat_id"]
-    ]
-    assert await chat_store.list_chats(pool, title_filter=f"{tag}%second") == []
+    assert [
+        c["chat_id"]
+        for c in await chat_store.list_chats(pool, LOCAL_USER_ID, title_filter="d 100%")
+    ] == [other["chat_id"]]
+    assert await chat_store.list_chats(pool, LOCAL_USER_ID, title_filter=f"{tag}%second") == []
 
 
 async def test_add_and_update_messages(pool: AsyncConnectionPool) -> None:
@@ -165,7 +169,7 @@ async def test_recent_messages_and_the_summary_window(pool: AsyncConnectionPool)
     assert await chat_store.branch_position(pool, chat["chat_id"], ids[2]) == 3
 
     assert await chat_store.set_summary(pool, chat["chat_id"], "They said hello.", ids[2])
-    stored = await chat_store.get_chat(pool, chat["chat_id"])
+    stored = await chat_store.get_chat(pool, chat["chat_id"], user_id=None)
     assert stored is not None
     assert stored["summary"] == "They said hello."
     assert stored["summary_upto_message_id"] == ids[2]
@@ -179,7 +183,7 @@ async def test_deleting_a_chat_deletes_its_messages(pool: AsyncConnectionPool) -
         await chat_store.add_message(pool, chat["chat_id"], "user", text)
     await chat_store.add_message(pool, keep["chat_id"], "user", "stays")
 
-    assert await chat_store.delete_chat(pool, chat["chat_id"])
+    assert await chat_store.delete_chat(pool, chat["chat_id"], LOCAL_USER_ID)
     async with pool.connection() as conn:
         cursor = await conn.execute(
             "SELECT count(*) FROM messages WHERE chat_id = %s", (chat["chat_id"],)

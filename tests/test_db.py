@@ -249,7 +249,7 @@ async def test_closing_and_reopening_keeps_the_data(
     db = await Database.open(settings)
     second_start = time.monotonic() - started
     try:
-        again = await chat_store.get_chat(db.pool, chat["chat_id"])
+        again = await chat_store.get_chat(db.pool, chat["chat_id"], user_id=None)
         assert again is not None
         assert again["title"] == "Survives a restart"
         messages = await chat_store.list_messages(db.pool, chat["chat_id"])
@@ -273,7 +273,7 @@ async def test_two_databases_in_one_process_share_the_server(
 
     assert (settings.pg_data_dir / "postmaster.pid").exists()
     assert (await database.health())["ok"] is True
-    found = await chat_store.get_chat(database.pool, chat["chat_id"])
+    found = await chat_store.get_chat(database.pool, chat["chat_id"], user_id=None)
     assert found is not None
 
 
@@ -369,7 +369,7 @@ asyncio.run(main())
     assert reported["postmaster"] == postmaster_pid
     assert reported["description"].startswith("embedded Postgres 18")
     assert (settings.pg_data_dir / "postmaster.pid").read_text().split()[0] == postmaster_pid
-    chat = await chat_store.get_chat(database.pool, uuid.UUID(reported["chat_id"]))
+    chat = await chat_store.get_chat(database.pool, uuid.UUID(reported["chat_id"]), user_id=None)
     assert chat is not None
     assert chat["title"] == title
 

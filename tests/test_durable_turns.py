@@ -173,7 +173,7 @@ async def test_a_reply_whose_server_died_is_recovered_from_its_events(
     chat = await chat_store.create_chat(pool, "crashed")
     question = await chat_store.add_message(pool, chat["chat_id"], "user", "Tell me a story")
     run_id = uuid.uuid4()
-    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, 60)
+    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, 60, user_id=None)
     await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
     sources = [{"n": 1, "title": "A page", "url": "https://example.org/"}]
     written = [
@@ -212,7 +212,9 @@ async def test_start_up_recovers_what_a_dead_server_left(chat_services: Services
     chat = await chat_store.create_chat(pool, "crashed at start")
     question = await chat_store.add_message(pool, chat["chat_id"], "user", "Hello?")
     run_id = uuid.uuid4()
-    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, -1)  # expired
+    assert await chat_store.claim_chat_run(
+        pool, chat["chat_id"], run_id, -1, user_id=None
+    )  # expired
     await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
     await turn_store.append_events(pool, run_id, [(1, {"type": "token", "text": "Hi"})])
     async with serve_app(create_app(services=chat_services)):  # its start-up recovers it

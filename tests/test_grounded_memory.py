@@ -19,6 +19,7 @@ import pytest
 from chat.memory_worker import MemoryWorker
 from chat.runner import start_turn, stream_turn
 from core import memory_jobs
+from core.accounts import LOCAL_USER_ID
 from core.config import Settings
 from core.db import Database
 from core.grounding import (
@@ -292,7 +293,9 @@ async def test_a_failed_extraction_is_retried_and_nothing_is_half_written(
         ops({"op": "add", "fact": "The user's name is Ana.", "sentences": [1]}),
     )
     # Straight through the runner: no worker is woken, this test runs the queue itself.
-    turn = await start_turn(chat_services, None, "My name is Ana.", use_web=False)
+    turn = await start_turn(
+        chat_services, None, "My name is Ana.", use_web=False, user_id=LOCAL_USER_ID
+    )
     assert [e["type"] async for e in stream_turn(turn)][-1] == "done"
     pool = chat_services.database.pool
     assert await memory_jobs.pending(pool) == 1

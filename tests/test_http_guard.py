@@ -15,6 +15,7 @@ import pytest
 
 from chat.runner import start_turn
 from core import chat_store
+from core.accounts import LOCAL_USER_ID
 from core.config import Settings
 from core.services import Services
 from tests.chat_client import send, serve_app
@@ -233,7 +234,13 @@ async def test_a_failed_first_message_leaves_no_chat_behind(model, chat_services
     before = await chat_count(pool)
     with pytest.raises(Exception, match=r"NUL|0x00"):
         # The NUL past the title's first 60 characters: the title alone is storable.
-        await start_turn(chat_services, None, "word " * 20 + "half\x00written", use_web=False)
+        await start_turn(
+            chat_services,
+            None,
+            "word " * 20 + "half\x00written",
+            use_web=False,
+            user_id=LOCAL_USER_ID,
+        )
     assert await chat_count(pool) == before
 
 

@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from chat.state import TurnContext
 from chat.tools import TOOLS, retrieve_memory, save_memory, tool_schemas
 from core import chat_store, memory_search, memory_store
+from core.accounts import LOCAL_USER_ID
 from core.db import _configure_connection
 from rag.embedder import Embedder
 
@@ -78,7 +79,7 @@ async def test_saved_memory_is_found_by_meaning(
 
     # No word in common with the memory but "the user".
     found = await memory_search.retrieve_memories(
-        memory_pool, embedder, "Which animals live with the user?"
+        memory_pool, embedder, "Which animals live with the user?", user_id=LOCAL_USER_ID
     )
 
     assert found, "nothing found"
@@ -102,11 +103,17 @@ async def test_unrelated_query_finds_nothing(
                     "vector": await embedder.embed_query(query),
                     "model": embedder.model_name,
                     "limit": 5,
+                    "user": LOCAL_USER_ID,
                 },
             )
             assert len(await cursor.fetchall()) == 5
         # ... but none is similar enough to count as relevant.
-        assert await memory_search.retrieve_memories(memory_pool, embedder, query) == []
+        assert (
+            await memory_search.retrieve_memories(
+                memory_pool, embedder, query, user_id=LOCAL_USER_ID
+            )
+            == []
+        )
 
 
 async def test_paraphrase_is_not_stored_twice(
@@ -165,9 +172,11 @@ async def test_empty_or_too_long_memory_is_rejected(
     assert result.memory["content"] == fact
 
     with pytest.raises(ValueError, match="can't be empty"):
-        await memory_search.retrieve_memories(memory_pool, embedder, "   ")
+        await memory_search.retrieve_memories(memory_pool, embedder, "   ", user_id=LOCAL_USER_ID)
     with pytest.raises(ValueError, match="at least 1"):
-        await memory_search.retrieve_memories(memory_pool, embedder, "pets", limit=0)
+        await memory_search.retrieve_memories(
+            memory_pool, embedder, "pets", limit=0, user_id=LOCAL_USER_ID
+        )
 
 
 class SimultaneousEmbedder:
@@ -217,7 +226,9 @@ async def test_retrieval_returns_the_five_most_relevant_best_first(
     await save_all(memory_pool, embedder, [*PETS, *OTHER_FACTS])
     query = "What pets does the user have?"
 
-    found = await memory_search.retrieve_memories(memory_pool, embedder, query)
+    found = await memory_search.retrieve_memories(
+        memory_pool, embedder, query, user_id=LOCAL_USER_ID
+    )
 
     assert len(found) == 5
     assert {m.content for m in found} <= set(PETS)  # nothing about work, piano or tea
@@ -231,7 +242,9 @@ async def test_retrieval_returns_the_five_most_relevant_best_first(
             float(expected[facts.index(memory.content)]), abs=1e-4
         )
 
-    two = await memory_search.retrieve_memories(memory_pool, embedder, query, limit=2)
+    two = await memory_search.retrieve_memories(
+        memory_pool, embedder, query, limit=2, user_id=LOCAL_USER_ID
+    )
     assert [m.content for m in two] == [m.content for m in found[:2]]
 
 
@@ -246,7 +259,9 @@ async def test_a_shared_rare_word_lifts_a_memory_the_vectors_rank_low(
     by_meaning = [facts[i] for i in np.argsort(-similarity)]
     assert by_meaning.index(name) >= 2, "not a test of the word half: the vectors find it"
 
-    found = await memory_search.retrieve_memories(memory_pool, embedder, query, limit=2)
+    found = await memory_search.retrieve_memories(
+        memory_pool, embedder, query, limit=2, user_id=LOCAL_USER_ID
+    )
 
     assert name in [m.content for m in found]
 
@@ -257,7 +272,10 @@ async def test_unrelated_words_alone_do_not_pass_the_floor(
     await save_all(memory_pool, embedder, OTHER_FACTS)
     # Shares "piano" with a memory, but means something else entirely.
     found = await memory_search.retrieve_memories(
-        memory_pool, embedder, "Steinway piano factory tour schedule in Hamburg"
+        memory_pool,
+        embedder,
+        "Steinway piano factory tour schedule in Hamburg",
+        user_id=LOCAL_USER_ID,
     )
     assert all(m.similarity >= memory_search.RELEVANCE_FLOOR for m in found)
 
@@ -267,12 +285,15 @@ async def test_hybrid_search_uses_both_indexes(
 ) -> None:
     await save_all(memory_pool, embedder, OTHER_FACTS)
     vector = await embedder.embed_query("pets")
-    async with memory_pool.connection() as conn, conn.transaction():
+    async with memory_pool.connection() as conn, conn.transaction(force_rollback=True):
         # On a table this small the planner rightly prefers reading it all and sorting (it picks
         # the indexes by itself from a few thousand rows). Forbid scans and sorts to see that
         # each half *can* be answered by its index: ordering by `1 - distance`, say, could not.
         for setting in ("enable_seqscan", "enable_sort"):
             await conn.execute(f"SET LOCAL {setting} = off")
+        # Nor the user's own rows (a few here, all of one user) by the listing's index: dropped
+        # for this transaction only, it cannot stand in for the word index.
+        await conn.execute("DROP INDEX memories_user_id_created_at_idx")
         cursor = await conn.execute(
             "EXPLAIN " + memory_search.HYBRID_SQL,
             {
@@ -284,6 +305,7 @@ async def test_hybrid_search_uses_both_indexes(
                 "max_distance": 0.65,
                 "limit": 5,
                 "history": False,
+                "user": LOCAL_USER_ID,
             },
         )
         plan = "\n".join(row[0] for row in await cursor.fetchall())
@@ -354,6 +376,7 @@ async def turn_config(
     turn = TurnContext(
         services=services,  # type: ignore[arg-type]  # what the tools use of Services
         chat_id=chat_id,
+        user_id=LOCAL_USER_ID,
         user_message_id=message["message_id"],
         run_id=uuid.uuid4(),
         user_text=said,

@@ -10,6 +10,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from core import memory_search, memory_store
+from core.accounts import LOCAL_USER_ID
 
 MODEL = "hand-made"
 DIMENSIONS = memory_store.EMBED_DIMENSIONS
@@ -99,7 +100,9 @@ async def test_word_counts_follow_every_change_to_the_memories(
 
 
 async def search(pool: AsyncConnectionPool, query: str) -> dict[str, float]:
-    found = await memory_search.retrieve_memories(pool, GivenQuery(), query, limit=10)
+    found = await memory_search.retrieve_memories(
+        pool, GivenQuery(), query, limit=10, user_id=LOCAL_USER_ID
+    )
     return {memory.content: memory.similarity for memory in found}
 
 
@@ -138,6 +141,8 @@ async def test_words_that_are_not_lexemes_are_searched_literally(
     # Quotes, backslashes and tsquery operators in a word must not break the word half's query.
     await add(memory_pool, r"The user's password hint is o'neil\stage & |pipe| !bang (x:*)", 0.2)
     for query in (r"o'neil\stage", "|pipe| & !bang", "(x:*)", "'", "\\", "the and of"):
-        await memory_search.retrieve_memories(memory_pool, GivenQuery(), query)
+        await memory_search.retrieve_memories(
+            memory_pool, GivenQuery(), query, user_id=LOCAL_USER_ID
+        )
     found = await search(memory_pool, r"What is the password hint o'neil\stage?")
     assert list(found) == [r"The user's password hint is o'neil\stage & |pipe| !bang (x:*)"]

@@ -155,7 +155,7 @@ async def test_picking_a_version_needs_a_message_of_the_chat_and_no_reply_being_
         await client.post(f"/api/chats/{uuid.uuid4()}/messages/{uuid.uuid4()}/show")
     ).status_code == 404
 
-    assert await chat_store.claim_chat_run(pool, chat["chat_id"], uuid.uuid4(), 60)
+    assert await chat_store.claim_chat_run(pool, chat["chat_id"], uuid.uuid4(), 60, user_id=None)
     response = await client.post(
         f"/api/chats/{chat['chat_id']}/messages/{question['message_id']}/show"
     )
@@ -212,7 +212,9 @@ async def test_a_continued_reply_whose_server_died_keeps_its_first_part(
         reply_to=question["message_id"], run_id=uuid.uuid4(),
     )  # fmt: skip
     run_id = uuid.uuid4()
-    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, -1)  # expired at once
+    assert await chat_store.claim_chat_run(
+        pool, chat["chat_id"], run_id, -1, user_id=None
+    )  # expired at once
     assert await chat_store.resume_reply(pool, chat["chat_id"], stopped["message_id"], run_id)
     await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
     tokens = [(1, {"type": "token", "text": "One"}), (2, {"type": "token", "text": ", two"})]

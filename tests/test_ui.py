@@ -590,11 +590,15 @@ async def test_a_message_sent_while_the_summary_is_written_does_not_wait(
         await expect(second).to_have_attribute("data-status", "complete")
         await expect(second.locator(".markdown")).to_have_text("Second reply.")
         await expect(ui.page.locator(".error-box")).to_have_count(0)
-        assert (await chat_store.get_chat(pool, chat_id))["summary"] is None  # still folding
+        assert (await chat_store.get_chat(pool, chat_id, user_id=None))[
+            "summary"
+        ] is None  # still folding
     finally:
         release.set()
     await chat_summary.settled()
-    assert (await chat_store.get_chat(pool, chat_id))["summary"] == "A summary of questions 0 to 4."
+    assert (await chat_store.get_chat(pool, chat_id, user_id=None))[
+        "summary"
+    ] == "A summary of questions 0 to 4."
 
 
 # --- the sidebar ---------------------------------------------------------------------------------
@@ -632,7 +636,7 @@ async def test_rename_delete_and_filter_chats(ui: UI, chat_services: Services) -
     await title_box.press("Enter")
     await expect(links.filter(has_text=f"{tag} vegetable beds")).to_have_count(1)
     await expect(links.filter(has_text=f"{tag} garden plans")).to_have_count(0)
-    chat = await chat_store.get_chat(pool, ids[f"{tag} garden plans"])
+    chat = await chat_store.get_chat(pool, ids[f"{tag} garden plans"], user_id=None)
     assert chat["title"] == f"{tag} vegetable beds"
 
     # Delete asks first; Cancel keeps the chat.
@@ -647,13 +651,13 @@ async def test_rename_delete_and_filter_chats(ui: UI, chat_services: Services) -
     await expect(dialog).to_contain_text(f"“{tag} bicycle repair” and all its messages")
     await dialog.get_by_role("button", name="Cancel").click()
     await expect(dialog).to_be_hidden()
-    assert await chat_store.get_chat(pool, ids[f"{tag} bicycle repair"]) is not None
+    assert await chat_store.get_chat(pool, ids[f"{tag} bicycle repair"], user_id=None) is not None
 
     await open_chat.hover()
     await delete.click()
     await dialog.get_by_role("button", name="Delete").click()
     await expect(links.filter(has_text=f"{tag} bicycle repair")).to_have_count(0)
-    assert await chat_store.get_chat(pool, ids[f"{tag} bicycle repair"]) is None
+    assert await chat_store.get_chat(pool, ids[f"{tag} bicycle repair"], user_id=None) is None
     # It was the open chat: the view went back to a new-chat draft.
     await expect(page.locator("#chat-title")).to_have_text("New chat")
     await expect(page.locator(".empty-state")).to_be_visible()
@@ -1297,7 +1301,7 @@ async def test_a_temporary_chat_is_sent_as_such_and_marked(
     await expect(ui.assistant()).to_have_attribute("data-status", "complete")
     chat_id = chat_id_of(page)
     assert bodies[-1] == {"content": question, "use_web": False, "temporary": True}
-    assert (await chat_store.get_chat(pool, uuid.UUID(chat_id)))["temporary"] is True
+    assert (await chat_store.get_chat(pool, uuid.UUID(chat_id), user_id=None))["temporary"] is True
     # Marked in the header and in the sidebar; the toggle is for new chats only.
     await expect(page.locator("#chat-badge")).to_have_text("Temporary")
     await expect(page.locator("#chat-badge")).to_be_visible()
@@ -1324,7 +1328,7 @@ async def test_a_temporary_chat_is_sent_as_such_and_marked(
     await expect(ui.assistant()).to_have_attribute("data-status", "complete")
     assert "temporary" not in bodies[-1]
     other = chat_id_of(page)
-    assert (await chat_store.get_chat(pool, uuid.UUID(other)))["temporary"] is False
+    assert (await chat_store.get_chat(pool, uuid.UUID(other), user_id=None))["temporary"] is False
     await expect(page.locator("#chat-badge")).to_be_hidden()
     await expect(page.locator(f'.chat-link[href="#/chat/{other}"] .badge')).to_have_count(0)
 

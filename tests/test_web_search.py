@@ -21,6 +21,7 @@ import pytest
 from chat.nodes import FORCED_SEARCH_MAX_TOKENS
 from chat.runner import start_turn, stream_turn
 from chat.tools import MAX_CONTEXT_CHARS, WebSearchInput
+from core.accounts import LOCAL_USER_ID
 from core.config import PROJECT_ROOT, Settings
 from core.prompts import UNTRUSTED_SOURCES_RULE
 from core.services import Services, open_services
@@ -234,6 +235,7 @@ async def test_a_fourth_search_is_refused(chat_services) -> None:
     turn = TurnContext(
         services=chat_services,
         chat_id=uuid.uuid4(),
+        user_id=LOCAL_USER_ID,
         user_message_id=uuid.uuid4(),
         run_id=uuid.uuid4(),
         user_text="?",
@@ -261,7 +263,9 @@ async def test_a_chat_model_without_tools_searches_the_users_words_directly(
     plan.capabilities["scripted/chat"] = {"tools": False, "memory_tools": False}
     services = dataclasses.replace(chat_services, model_plan=plan)
     model.push({"text": "The festival ends with a lantern parade [1]; I couldn't find its hour."})
-    turn = await start_turn(services, None, "When does the Zorblax parade start?", use_web=True)
+    turn = await start_turn(
+        services, None, "When does the Zorblax parade start?", use_web=True, user_id=LOCAL_USER_ID
+    )
     events = [event async for event in stream_turn(turn)]
     assert types_of(events)[-1] == "done"
     assert turn.context.searches == ["When does the Zorblax parade start?"]
