@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,9 @@ url: https://example.org/{slug}
 """
 
 
-@pytest.fixture(scope="module")
-def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+@contextmanager
+def running_api_server(root: Path, **extra: str) -> Iterator[RunningServer]:
     """`python server.py` (tests/scripted_server.py: short scripted replies), web search on."""
-    root = tmp_path_factory.mktemp("api-schema")
     pages = root / "pages"
     pages.mkdir()
     for slug, title, text in (
@@ -70,6 +70,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
         WEB_SEARCH_PROVIDER="pages",
         WEB_PAGES_DIR=str(pages),
         PYTHONFAULTHANDLER="1",  # a crash of the server shows its threads' stacks in its log
+        **extra,
     )
     try:
         server.wait_healthy()
@@ -79,27 +80,36 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
 
 
 @pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with running_api_server(tmp_path_factory.mktemp("api-schema")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def schema(api_server: RunningServer) -> dict[str, Any]:
     response = httpx.get(f"{api_server.url}/openapi.json", timeout=10)
     assert response.status_code == 200
     return response.json()
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(
-    api_server: RunningServer, tmp_path: Path
-) -> None:
+def run_schemathesis(
+    server: RunningServer, tmp_path: Path, examples: int, *options: str
+) -> dict[str, Any]:
+    """Schemathesis against the server, every check on (and these CLI `options`); fails the
+    test on any failure or error, or a server error only the server's log shows. Returns the
+    report's case counts."""
     report = tmp_path / "schemathesis.json"
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "schemathesis.cli", "run", f"{api_server.url}/openapi.json",
-         "--checks", "all", "--max-examples", str(EXAMPLES), "--seed", str(SEED),
+        [sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json",
+         "--checks", "all", "--max-examples", str(examples), "--seed", str(SEED),
          "--workers", "2", "--generation-database", "none", "--request-timeout", "60",
-         "--no-color", "--report", "json", "--report-json-path", str(report)],
+         "--no-color", "--report", "json", "--report-json-path", str(report), *options],
         cwd=tmp_path, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     seconds = time.monotonic() - started
     # What schemathesis saw, then the end of the server's own log (a crash, a traceback).
-    output = result.stdout + result.stderr + "\n--- server log ---\n" + api_server.output()[-8000:]
+    output = result.stdout + result.stderr + "\n--- server log ---\n" + server.output()[-8000:]
     summary = json.loads(report.read_text())
     cases = summary["test_cases"]
     print(f"schemathesis: {cases['generated']} cases, {cases['with_failures']} with failures, "
@@ -107,10 +117,52 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     assert summary["failures"] == [], output[-28_000:]
     assert summary["errors"] == [], output[-28_000:]
     assert result.returncode == 0, output[-28_000:]
-    assert cases["generated"] >= MIN_CASES, output[-8_000:]
     # A server error the checks did not see (a stream cut short by an exception) is in the log.
-    log = api_server.output()
+    log = server.output()
     assert re.search(r"Request \w+ failed", log) is None and "Traceback" not in log, log[-5000:]
+    return cases
+
+
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(
+    api_server: RunningServer, tmp_path: Path
+) -> None:
+    cases = run_schemathesis(api_server, tmp_path, EXAMPLES)
+    assert cases["generated"] >= MIN_CASES
+
+
+def test_schemathesis_signed_in_finds_no_server_error(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The same with accounts on, signed in by an API token: every query scoped to a user, the
+    sign-in, password and admin routes with their real work to do."""
+    root = tmp_path_factory.mktemp("api-schema-accounts")
+    accounts = {
+        "AUTH_MODE": "password",
+        "ADMIN_USERNAME": "admin",
+        "ADMIN_PASSWORD": "schemathesis admin password",
+        "RATE_LIMIT_MESSAGES_PER_MINUTE": "0",
+        "RATE_LIMIT_CONCURRENT_REPLIES": "0",
+    }
+    with running_api_server(root, **accounts) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            signed = client.post(
+                "/api/auth/login",
+                json={"username": "admin", "password": accounts["ADMIN_PASSWORD"]},
+            )
+            assert signed.status_code == 200, signed.text
+            csrf = {"X-CSRF-Token": signed.json()["csrf_token"]}
+            created = client.post("/api/auth/tokens", json={"name": "fuzz"}, headers=csrf)
+            assert created.status_code == 201, created.text
+        token = created.json()["token"]
+        # Revoking tokens would revoke its own (found in the listing): every later case a 401.
+        cases = run_schemathesis(
+            server, tmp_path, EXAMPLES // 2, "-H", f"Authorization: Bearer {token}",
+            "--exclude-path", "/api/auth/tokens/{token_id}",
+        )  # fmt: skip
+        assert cases["generated"] >= MIN_CASES // 2
+        # Signed in all along: a token it deleted would have made every later case a 401.
+        still = httpx.get(f"{server.url}/api/chats", headers={"Authorization": f"Bearer {token}"})
+        assert still.status_code == 200
 
 
 def test_streams_are_described_as_event_streams(schema: dict[str, Any]) -> None:
