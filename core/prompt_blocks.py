@@ -11,7 +11,8 @@ results and errors. Every prompt builder puts it in through `block()` or `untrus
 `block()` refuses a tag name that is not in `BLOCK_NAMES`, so a new kind of block cannot be added
 without this module neutralising its tags too. The chat's own messages (what the user typed, the
 assistant's earlier replies) go to the chat model as messages of their own, outside any block,
-as they were written.
+as they were written, but for the chat template's control tokens, which the local model's client
+neutralises in every message (`neutralise_control_tokens()` below).
 
 What `untrusted()` does, in order:
 
@@ -97,16 +98,21 @@ def _name_pattern(name: str) -> str:
 
 
 _NAMES = sorted({*BLOCK_NAMES, *TEMPLATE_TAG_NAMES}, key=len, reverse=True)
+# The chat template's control tokens: `<|im_start|>`, `<|eot_id|>`, `<｜begin▁of▁sentence｜>`. The
+# fullwidth bar is DeepSeek's own; in `untrusted()`'s folded reading it is a `|` already.
+_CONTROL_TOKEN_PATTERN = (
+    rf"<{_SKIP}[|｜]{_SKIP}(?:[^<>|｜\s{_INVISIBLE}]{_SKIP}){{1,64}}[|｜]{_SKIP}>"
+)
 _TAG = re.compile(
     # `<`, then slashes (or JSON-escaped `\/`) and spaces in any mix (one slash per group, so
     # the regex never backtracks exponentially), a name of ours as a whole word, then its
     # attributes up to the `>` if there is one nearby (a tag cut off still counts).
     rf"<{_GAP}(?:[/\\]{_GAP})*(?:{'|'.join(map(_name_pattern, _NAMES))})(?!{_SKIP}[\w-])"
     rf"(?:[^<>]{{0,{MAX_TAG_CHARS}}}>)?"
-    # The chat template's control tokens: `<|im_start|>`, `<|eot_id|>`, `<｜begin▁of▁sentence｜>`.
-    rf"|<{_SKIP}\|{_SKIP}(?:[^<>|\s{_INVISIBLE}]{_SKIP}){{1,64}}\|{_SKIP}>",
+    rf"|{_CONTROL_TOKEN_PATTERN}",
     re.IGNORECASE,
 )
+_CONTROL_TOKEN = re.compile(_CONTROL_TOKEN_PATTERN)
 # html.unescape's own pattern, so a pass here decodes exactly what html.unescape decodes.
 _ENTITY = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
 
@@ -192,6 +198,22 @@ def _rewrite(text: str) -> str:
         return text
     out.append(text[position:])
     return "".join(out)
+
+
+def neutralise_control_tokens(text: str) -> str:
+    """`text` with the chat template's control tokens (`<|im_end|>`, `<|im_start|>`, …) given
+    look-alike brackets (`‹|im_end|›`), as `untrusted()` gives them; everything else as written.
+
+    For the messages the local model is sent (core/local_model/provider.py), which are not in
+    a block: llama-cpp-python tokenises the whole formatted prompt with special tokens parsed,
+    so the exact string `<|im_end|>` in any message would be the real token, ending the message
+    there. A tokenizer matches only the exact string, so the text is not read the way
+    `untrusted()` reads it: an escaped `&lt;|im_end|&gt;`, or a tag of ours, is the message's own
+    words and stays. Text without a `<` comes back as it is, at the cost of one scan."""
+    if "<" not in text:  # every template's control tokens open with an ASCII `<`
+        return text
+    # One pass is enough: a token's content has no bar, so none can span a rewritten one.
+    return _CONTROL_TOKEN.sub(lambda match: _defanged(match.group()), text)
 
 
 def attribute(text: str) -> str:

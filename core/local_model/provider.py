@@ -8,6 +8,8 @@ a plain `openai/` deployment in LiteLLM could not do:
   (`core.local_model.queue`), telling the chat what it is doing (`core.model_progress`);
 - it fits the prompt to the context window (oldest history first), counting with the model's own
   tokenizer, and refuses a message that cannot fit with a clear error;
+- the chat template's control tokens (`<|im_end|>`, …) in any message's text are given
+  look-alike brackets, as the server would read them as the real tokens (see `_request`);
 - JSON replies (`response_format`) and a forced tool call are held to their schema by the server's
   llama.cpp grammar, so they cannot be malformed;
 - closing the stream is how Stop reaches the model: the server stops within a token, or within a
@@ -42,6 +44,7 @@ from core.custom_provider import (
 from core.local_model.process import Endpoint, LocalModelFailure, LocalModelProcess
 from core.local_model.queue import ModelQueue, QueueFull
 from core.model_progress import reading_what, report_progress, someone_is_watching
+from core.prompt_blocks import neutralise_control_tokens
 from core.redact import redact
 
 log = logging.getLogger("resolveai.models")
@@ -286,7 +289,15 @@ def _error_text(error: openai.APIStatusError) -> str:
 
 
 def _request(messages: list[Any], params: dict[str, Any], default_max_tokens: int) -> dict:
-    """The OpenAI request for the server, from LiteLLM's messages and optional params."""
+    """The OpenAI request for the server, from LiteLLM's messages and optional params.
+
+    The server formats the messages with the chat template and tokenises the prompt with special
+    tokens parsed, so `<|im_end|>\\n<|im_start|>system` typed by the user, or in an earlier reply
+    (a web page the model quoted), would end that message and open a system one. Every text the
+    template writes out (content, names, tool calls) has those tokens given look-alike brackets
+    (`core.prompt_blocks.neutralise_control_tokens`); text without one is sent as written, so
+    the same conversation still gives the same prompt for the model's prompt cache. Hosted APIs
+    take the messages as data, so only this client needs it."""
     request: dict[str, Any] = {
         "model": "local",
         "messages": [_plain_message(m) for m in messages],
@@ -355,13 +366,16 @@ def _offered_tools(params: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
 
 
 def _plain_message(message: Any) -> dict[str, Any]:
+    """One message as the server takes it: its text in one string, the chat template's control
+    tokens in it neutralised (see `_request`)."""
     if not isinstance(message, dict):
         message = message.model_dump() if hasattr(message, "model_dump") else dict(message)
     role = {"developer": "system", "function": "tool"}.get(message["role"], message["role"])
-    plain: dict[str, Any] = {"role": role, "content": _text_of(message.get("content"))}
+    content = neutralise_control_tokens(_text_of(message.get("content")))
+    plain: dict[str, Any] = {"role": role, "content": content}
     for name in ("name", "tool_call_id"):
         if message.get(name):
-            plain[name] = message[name]
+            plain[name] = neutralise_control_tokens(str(message[name]))
     if role == "assistant" and message.get("tool_calls"):
         plain["tool_calls"] = [_plain_tool_call(call) for call in message["tool_calls"]]
     return plain
@@ -373,6 +387,10 @@ def _plain_tool_call(call: Any) -> dict[str, Any]:
     function = dict(call.get("function") or {})
     if not isinstance(function.get("arguments"), str):
         function["arguments"] = json.dumps(function.get("arguments") or {})
+    # Still JSON: a token is only ever inside a string of it, and `‹`, `›` need no escaping.
+    function["arguments"] = neutralise_control_tokens(function["arguments"])
+    if isinstance(function.get("name"), str):
+        function["name"] = neutralise_control_tokens(function["name"])
     return {"id": call.get("id"), "type": "function", "function": function}
 
 
