@@ -1,6 +1,14 @@
-// The server's JSON API (chats, messages, memories, settings). Every failure becomes an ApiError
-// carrying the server's own sentence ({"error": "..."}), so the UI can show people what actually
-// went wrong.
+// The server's JSON API (chats, messages, memories, settings, accounts). Every failure becomes an
+// ApiError carrying the server's own sentence ({"error": "..."}), so the UI can show people what
+// actually went wrong.
+//
+// Accounts: with AUTH_MODE=password the session cookie signs requests in, and every change (POST,
+// PATCH, PUT, DELETE) must also carry the session's CSRF token as `X-CSRF-Token`; `loadSession()`
+// fetches it (GET /api/auth/me) and every change waits for it. A 401 from any call means the
+// session is gone: the page goes to the sign-in page and the call never settles, so no view
+// flashes an error on its way out.
+
+export const LOGIN_PAGE = "/login.html";
 
 export class ApiError extends Error {
   constructor(message, status = 0) {
@@ -8,6 +16,38 @@ export class ApiError extends Error {
     this.name = "ApiError";
     this.status = status;
   }
+}
+
+let csrfToken = null;
+let sessionPending = null; // GET /api/auth/me while it is under way: changes wait for its token
+
+/** The session's CSRF token (null in auth_mode "none"), from /me, login or a password change. */
+export function setCsrfToken(token) {
+  csrfToken = typeof token === "string" && token ? token : null;
+}
+
+const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
+
+/** `headers` plus X-CSRF-Token for a change. Synchronous once the session is known, so a
+ *  `keepalive` request sent while the page goes away still leaves in time. */
+function withCsrf(method, headers) {
+  if (SAFE_METHODS.has(method) || !csrfToken) return headers;
+  return { ...headers, "X-CSRF-Token": csrfToken };
+}
+
+/** A change sent before /me answered waits for it (it needs the token); else nothing waits. */
+const mustWait = (method) => sessionPending !== null && !SAFE_METHODS.has(method);
+
+let leaving = false;
+
+/** The session is gone (401): go and sign in (then back to this chat: the hash goes along);
+ *  what asked waits forever (the page is leaving). */
+function toSignIn() {
+  if (!leaving) {
+    leaving = true;
+    location.assign(LOGIN_PAGE + location.hash);
+  }
+  return new Promise(() => {});
 }
 
 async function errorOf(response) {
@@ -21,21 +61,46 @@ async function errorOf(response) {
   return new ApiError(message, response.status);
 }
 
-/** `keepalive`: the request outlives the page (a pending delete sent while the tab closes). */
-async function request(method, path, body, { keepalive = false } = {}) {
+/** `keepalive`: the request outlives the page (a pending delete sent while the tab closes).
+ *  `signIn: false`: a 401 is an answer to show, not the end of the session. */
+async function request(method, path, body, { keepalive = false, signIn = true } = {}) {
+  if (mustWait(method)) await sessionPending.catch(() => null);
   let response;
   try {
     response = await fetch(path, {
       method,
-      headers: body === undefined ? {} : { "Content-Type": "application/json" },
+      headers: withCsrf(method, body === undefined ? {} : { "Content-Type": "application/json" }),
       body: body === undefined ? undefined : JSON.stringify(body),
       keepalive,
     });
   } catch {
     throw new ApiError("Cannot reach the server. Check that it is running.");
   }
+  if (response.status === 401 && signIn) return toSignIn();
   if (!response.ok) throw await errorOf(response);
   return response.status === 204 ? null : response.json();
+}
+
+/**
+ * Who is signed in: {auth_mode, user, csrf_token}; keeps the token for every later change. A
+ * server without accounts (404) is treated as auth_mode "none". In password mode a 401 goes to
+ * the sign-in page.
+ */
+export function loadSession() {
+  const session = request("GET", "/api/auth/me")
+    .catch((error) => {
+      if (error.status === 404) return { auth_mode: "none", user: null, csrf_token: null };
+      throw error;
+    })
+    .then((me) => {
+      setCsrfToken(me.csrf_token);
+      return me;
+    })
+    .finally(() => {
+      if (sessionPending === session) sessionPending = null;
+    });
+  sessionPending = session;
+  return session;
 }
 
 const chatPath = (chatId) => `/api/chats/${encodeURIComponent(chatId)}`;
@@ -69,6 +134,22 @@ export const api = {
   /** The server's state; `answering` says which model writes the replies. */
   health: () => request("GET", "/api/health"),
   updateSettings: (changes) => request("PATCH", "/api/settings", changes),
+
+  // Accounts (AUTH_MODE=password).
+  signOut: () => request("POST", "/api/auth/logout", undefined, { signIn: false }),
+  /** Answers the session again, with a new CSRF token (kept here): other sessions are gone. */
+  changePassword: async (currentPassword, newPassword) => {
+    const me = await request("POST", "/api/auth/password", { current_password: currentPassword, new_password: newPassword });
+    setCsrfToken(me.csrf_token);
+    return me;
+  },
+  tokens: () => request("GET", "/api/auth/tokens"),
+  /** {token_id, name, created_at, last_used_at, token}: `token` is given this once only. */
+  createToken: (name) => request("POST", "/api/auth/tokens", { name }),
+  revokeToken: (tokenId) => request("DELETE", `/api/auth/tokens/${encodeURIComponent(tokenId)}`),
+  users: () => request("GET", "/api/admin/users"),
+  addUser: (username, password, isAdmin) => request("POST", "/api/admin/users", { username, password, is_admin: isAdmin }),
+  setUserDisabled: (userId, disabled) => request("PATCH", `/api/admin/users/${encodeURIComponent(userId)}`, { disabled }),
 };
 
 /**
@@ -125,13 +206,16 @@ export function followReply(chatId, after, signal) {
 }
 
 async function openEvents(path, init) {
+  const method = init.method || "GET";
+  if (mustWait(method)) await sessionPending.catch(() => null);
   let response;
   try {
-    response = await fetch(path, init);
+    response = await fetch(path, { ...init, headers: withCsrf(method, init.headers || {}) });
   } catch (error) {
     if (error.name === "AbortError") throw error;
     throw new ApiError("Cannot reach the server. Check that it is running.");
   }
+  if (response.status === 401) return toSignIn();
   if (!response.ok) throw await errorOf(response);
   return response;
 }

@@ -74,7 +74,11 @@ export async function showSummary(chatId, messages) {
 export function setupSummaryDialog() {
   const dialog = document.getElementById("summary-dialog");
   document.getElementById("summary-close").addEventListener("click", () => dialog.close());
-  // A click on the backdrop (outside the dialog's box) closes it too.
+  closeOnBackdrop(dialog);
+}
+
+/** A click on the backdrop (outside the dialog's box) closes the dialog. */
+export function closeOnBackdrop(dialog) {
   dialog.addEventListener("click", (event) => {
     if (event.target !== dialog) return;
     const box = dialog.getBoundingClientRect();

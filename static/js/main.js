@@ -2,11 +2,13 @@
 // one message, #/memory, or the new-chat draft), which view the main area shows, the sidebar
 // drawer on narrow screens, and global keys (Esc stops a streaming reply).
 
-import { api } from "./api.js";
+import { setupAccount } from "./account.js";
+import { api, loadSession } from "./api.js";
 import { createChat } from "./chat.js";
 import { setupCitationPopover } from "./citations.js";
 import { createComposer } from "./composer.js";
 import { setupSummaryDialog } from "./dialogs.js";
+import { toast } from "./dom.js";
 import { createMemoryPage } from "./memory.js";
 import { createSidebar } from "./sidebar.js";
 
@@ -130,6 +132,10 @@ window.addEventListener("popstate", route);
 
 setupSummaryDialog();
 setupCitationPopover();
+// Who is signed in (and the CSRF token every change carries); a 401 goes to the sign-in page.
+loadSession()
+  .then(setupAccount)
+  .catch((error) => toast(`Could not check who is signed in: ${error.message}`, "error"));
 api.config()
   .then((config) => {
     composer.configure(config);
