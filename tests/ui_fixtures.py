@@ -12,6 +12,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from core import chat_store
+from core.accounts import LOCAL_USER_ID
 from rag.embedder import Embedder
 
 
@@ -85,8 +86,10 @@ async def memory_row(pool: AsyncConnectionPool, memory_id: uuid.UUID) -> dict[st
 
 
 async def count_memories(pool: AsyncConnectionPool) -> int:
+    """The single-user install's memories (the browser tests' user; the accounts tests' users
+    have their own)."""
     async with pool.connection() as conn, conn.cursor() as cur:
-        await cur.execute("SELECT count(*) FROM memories")
+        await cur.execute("SELECT count(*) FROM memories WHERE user_id = %s", (LOCAL_USER_ID,))
         row = await cur.fetchone()
     assert row is not None
     return int(row[0])
