@@ -35,6 +35,8 @@ from chat import summary
 from chat.auth import SESSION_COOKIE, identify, prepare_accounts, require_user
 from chat.auth_routes import public_router as auth_public_router
 from chat.auth_routes import router as auth_router
+from chat.document_routes import router as document_router
+from chat.document_worker import DocumentWorker
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
@@ -152,7 +154,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         if services is not None:
             configure(app, settings or services.settings)
             app.state.services = services
-            async with memory_worker(app, services), summary_folds(), turn_jobs(app, services):
+            async with queue_workers(app, services), summary_folds(), turn_jobs(app, services):
                 freeze_startup_objects()
                 yield
             return
@@ -172,7 +174,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         app.state.services = opened
         try:
             async with (
-                memory_worker(app, opened),
+                queue_workers(app, opened),
                 summary_folds(),
                 warm_up(opened),
                 turn_jobs(app, opened),
@@ -199,6 +201,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(auth_router, **signed_in)
     app.include_router(chat_router, **signed_in)
     app.include_router(memory_router, **signed_in)
+    app.include_router(document_router, **signed_in)
     add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)
@@ -264,15 +267,19 @@ async def warm_up(services: Services) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def memory_worker(app: FastAPI, services: Services) -> AsyncIterator[MemoryWorker]:
-    """This process's memory extraction worker, for as long as the app runs."""
-    worker = MemoryWorker(services)
-    app.state.memory_worker = worker
-    worker.start()
+async def queue_workers(app: FastAPI, services: Services) -> AsyncIterator[None]:
+    """This process's workers of the queues in Postgres (memory extraction, documents), for as
+    long as the app runs."""
+    app.state.memory_worker = MemoryWorker(services)
+    app.state.document_worker = DocumentWorker(services)
+    workers = (app.state.memory_worker, app.state.document_worker)
+    for worker in workers:
+        worker.start()
     try:
-        yield worker
+        yield
     finally:
-        await worker.close()
+        for worker in workers:
+            await worker.close()
 
 
 @asynccontextmanager

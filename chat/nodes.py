@@ -18,6 +18,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
+from chat.document_recall import recall_documents
 from chat.memory_recall import recall_memories
 from chat.replies import save_reply
 from chat.state import ChatState, TurnContext, turn_of
@@ -61,8 +62,10 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     """
     turn = turn_of(config)
     pool = turn.services.database.pool
-    (summary, history), recalled = await asyncio.gather(
-        _unsummarised(pool, turn.chat_id), recall_memories(turn, state["user_text"])
+    (summary, history), recalled, (passages, documents) = await asyncio.gather(
+        _unsummarised(pool, turn.chat_id),
+        recall_memories(turn, state["user_text"]),
+        recall_documents(turn, state["user_text"]),
     )
     turn.seen["unsummarised"] = len(history)  # (the summary fold after the reply needs it)
     continues = turn.continues or {}
@@ -73,7 +76,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         and m["content"].strip()
     ][-MAX_HISTORY_MESSAGES:]
     system = chat_instructions(datetime.now(UTC), summary, memory=turn.memory)
-    question = user_turn(state["user_text"], state.get("use_web", False), recalled)
+    question = user_turn(state["user_text"], state.get("use_web", False), recalled, documents)
     messages = [
         {"role": "system", "content": system},
         *earlier,
@@ -85,17 +88,19 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
             {"role": "user", "content": CONTINUE_REQUEST},
         ]
     log.info(
-        "Chat %s: prompt built (%d earlier messages%s%s)",
+        "Chat %s: prompt built (%d earlier messages%s%s%s)",
         short_id(turn.chat_id),
         len(earlier),
         ", with summary" if summary else "",
         f", {len(recalled)} memories" if recalled else "",
+        f", {len(passages)} document passages" if passages else "",
     )
     return {
         "messages": messages,
         "model_calls": 0,
         "reply": continues.get("content", ""),
-        "sources": continues.get("sources", []),
+        # The same list the search_documents tool adds to, so what it finds is saved too.
+        "sources": continues.get("sources") or turn.document_sources,
     }
 
 
@@ -135,7 +140,9 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     turn = turn_of(config)
     calls = state.get("model_calls", 0) + 1
     with_tools = turn.services.model_plan.capability("chat", "tools")
-    names = available_tool_names(turn.services, memory_tools=turn.memory == "tools")
+    names = available_tool_names(
+        turn.services, memory_tools=turn.memory == "tools", documents=turn.has_documents
+    )
     wants_search = "web_search" in names and state.get("use_web") and not turn.searches
     if wants_search and not with_tools:
         log.info("Chat %s: searching the web for the message itself", short_id(turn.chat_id))
@@ -352,6 +359,7 @@ def route_after_model(state: ChatState) -> str:
 STEP_TEXT = {
     "retrieve_memory": "Looking up what I know about you",
     "save_memory": "Saving to memory: {content}",
+    "search_documents": "Searching your documents: {query}",
     "web_search": None,  # reports its own steps, round by round
 }
 

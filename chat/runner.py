@@ -150,6 +150,7 @@ async def start_turn(
         continues=continues,
         steps=list(continues["steps"]) if continues else [],
         memory=memory,
+        has_documents=claimed["has_documents"],
         wake_memory=wake_memory or (lambda: None),
     )
     return Turn(context, run_id, content, use_web, new_chat)

@@ -41,6 +41,12 @@ class TurnContext:
     # How this turn uses long-term memory: "tools" (recall + the memory tools), "recall" (recall
     # before the reply, extraction after it, no tools) or "off" (temporary chat, memory paused).
     memory: str = "recall"
+    # The user has documents ready: their passages are searched for the message (read with the
+    # chat's claim).
+    has_documents: bool = False
+    # The passages of the user's documents this reply may cite, numbered: found for the message,
+    # then by the search_documents tool (saved as the reply's sources).
+    document_sources: list[dict[str, Any]] = field(default_factory=list)
     # What build_prompt read: "unsummarised", the messages its summary does not cover.
     seen: dict[str, int] = field(default_factory=dict)
     # The memories recalled or retrieved for the reply, in order (saved with it).

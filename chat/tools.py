@@ -25,6 +25,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_stream_writer
 from pydantic import BaseModel, Field, field_validator
 
+from chat.document_recall import RECALL_LIMIT, document_source
 from chat.memory_recall import about_the_past, note_memories
 from chat.state import turn_of
 from chat.steps import step_event
@@ -32,6 +33,7 @@ from core import memory_store
 from core.memory_search import RetrievedMemory, retrieve_memories
 from core.prompt_blocks import untrusted
 from core.tracing import trace_metadata
+from rag.document_search import search_documents as find_passages
 from rag.web_rag import (
     MAX_SEARCHES,
     WebSearchRound,
@@ -171,6 +173,46 @@ def _listed(memory: RetrievedMemory) -> dict[str, str]:
     return listed
 
 
+class SearchDocumentsInput(BaseModel):
+    query: str = Field(
+        min_length=1,
+        max_length=400,
+        description="What to look for in the user's documents: a short question or keywords.",
+    )
+
+
+@tool("search_documents", args_schema=SearchDocumentsInput)
+async def search_documents(query: str, config: RunnableConfig) -> str:
+    """Search the files the user uploaded (their documents) for passages about something.
+
+    Passages that fit the user's message are already given with it, numbered; call this to look
+    for something else in the documents. Cite each passage you use as [n] with its number.
+    """
+    turn = turn_of(config)
+    started = time.perf_counter()
+    found = await find_passages(
+        turn.services.database.pool, turn.services.embedder, query,
+        user_id=turn.user_id, chat_id=turn.chat_id, limit=RECALL_LIMIT,
+    )  # fmt: skip
+    known = {s["chunk_id"]: s["n"] for s in turn.document_sources}
+    listed = []
+    for chunk in found:
+        if str(chunk.chunk_id) not in known:
+            source = document_source(len(turn.document_sources) + 1, chunk)
+            turn.document_sources.append(source)
+            known[source["chunk_id"]] = source["n"]
+        where = f", page {chunk.page}" if chunk.page is not None else ""
+        listed.append({"n": known[str(chunk.chunk_id)], "file": untrusted(chunk.filename + where),
+                       "text": untrusted(chunk.content)})  # fmt: skip
+    what = _quote(" ".join(query.split()))
+    log.info("Documents: %d passages for %s (chat %s, %d ms)", len(found), what,
+             turn.chat_id.hex[:8], _elapsed_ms(started))  # fmt: skip
+    if not listed:
+        return _dumps({"passages": [], "note": "nothing relevant in the user's documents"})
+    get_stream_writer()({"type": "sources", "sources": list(turn.document_sources)})
+    return _dumps({"passages": listed})
+
+
 MAX_CONTEXT_CHARS = 2000
 
 
@@ -248,7 +290,7 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
     return result.answer, {"final_answer": True, "answer": result.answer, "sources": result.sources}
 
 
-TOOLS: list[BaseTool] = [save_memory, retrieve_memory, web_search]
+TOOLS: list[BaseTool] = [save_memory, retrieve_memory, search_documents, web_search]
 
 
 def _plain_description(docstring: str) -> str:
@@ -267,14 +309,18 @@ TOOLS_BY_NAME: dict[str, BaseTool] = {t.name: t for t in TOOLS}
 MEMORY_TOOLS = ("save_memory", "retrieve_memory")
 
 
-def available_tool_names(services: Any, memory_tools: bool = True) -> list[str]:
+def available_tool_names(
+    services: Any, memory_tools: bool = True, documents: bool = False
+) -> list[str]:
     """The tools a turn can offer: web search only when a search provider is configured, the
-    memory tools only when the chat model may have them and memory is on (`memory_tools`)."""
+    memory tools only when the chat model may have them and memory is on (`memory_tools`), the
+    document search only when the user has documents (`documents`)."""
     return [
         t.name
         for t in TOOLS
         if (t.name != "web_search" or services.search_provider)
         and (memory_tools or t.name not in MEMORY_TOOLS)
+        and (documents or t.name != "search_documents")
     ]
 
 

@@ -26,6 +26,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from core.accounts import LOCAL_USER_ID
+from core.document_store import has_documents_sql
 from core.preferences import memory_paused_sql
 from core.statements import Db, fetch_all, fetch_one
 
@@ -115,7 +116,8 @@ async def start_chat(
         " added AS (INSERT INTO messages (message_id, chat_id, role, content)"
         "  SELECT %(message)s, chat_id, 'user', %(content)s FROM chat RETURNING message_id)"
         " SELECT chat.*, NULL::uuid AS previous_run_id,"
-        f" {memory_paused_sql('chat.user_id')} AS memory_paused FROM chat, added",
+        f" {memory_paused_sql('chat.user_id')} AS memory_paused,"
+        f" {has_documents_sql('chat.user_id')} AS has_documents FROM chat, added",
         {"title": _clean_title(title), "temporary": temporary, "run": run_id, "user": user_id,
          "lease": lease_seconds, "message": message_id, "content": first_message},
     )  # fmt: skip
@@ -232,7 +234,8 @@ async def claim_chat_run(
         " AND (c.run_id IS NULL OR c.run_id = %(run)s OR c.run_expires_at < now())"
         " RETURNING c.chat_id, c.temporary, c.user_id,"
         " CASE WHEN old.run_id <> %(run)s THEN old.run_id END AS previous_run_id,"
-        f" {memory_paused_sql('c.user_id')} AS memory_paused",
+        f" {memory_paused_sql('c.user_id')} AS memory_paused,"
+        f" {has_documents_sql('c.user_id')} AS has_documents",
         {"chat": chat_id, "run": run_id, "lease": lease_seconds, "user": user_id},
     )
 

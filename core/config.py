@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     rate_limit_messages_per_minute: int = Field(20, ge=0)
     rate_limit_concurrent_replies: int = Field(3, ge=0)
 
+    # Documents: the largest file accepted for upload, in bytes (20 MiB).
+    document_max_bytes: int = Field(20 * 1024 * 1024, ge=1024)
+
     # Database: unset means an embedded Postgres in $APP_DATA_DIR/pg.
     database_url: str | None = None
     db_pool_min_size: int = Field(1, ge=0)

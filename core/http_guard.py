@@ -83,6 +83,11 @@ def _is_ip(name: str) -> bool:
     return True
 
 
+# Uploads (chat/document_routes.py) have their own cap: DOCUMENT_MAX_BYTES and the framing.
+UPLOAD_PATH = "/api/documents"
+UPLOAD_FRAMING_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class HttpPolicy:
     """Which hosts and origins the server answers to, and its body cap, from the settings."""
@@ -94,6 +99,7 @@ class HttpPolicy:
     any_ip: bool
     public_origin: tuple[str, str, int] | None
     max_request_bytes: int
+    max_upload_bytes: int  # a document upload's body (its file, plus the multipart framing)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpPolicy:
@@ -123,6 +129,7 @@ class HttpPolicy:
             any_ip=bind in WILDCARD_BINDS,
             public_origin=public,
             max_request_bytes=settings.max_request_bytes,
+            max_upload_bytes=settings.document_max_bytes + UPLOAD_FRAMING_BYTES,
         )
 
     def host_allowed(self, host: str) -> bool:
@@ -251,10 +258,13 @@ class BodyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = _policy(scope).max_request_bytes
+        policy = _policy(scope)
+        if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:
+            limit, setting = policy.max_upload_bytes, "DOCUMENT_MAX_BYTES"
+        else:
+            limit, setting = policy.max_request_bytes, "MAX_REQUEST_BYTES"
         too_large = (
-            f"The request body is larger than {_size(limit)} (MAX_REQUEST_BYTES), "
-            "so it was not read."
+            f"The request body is larger than {_size(limit)} ({setting}), so it was not read."
         )
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:

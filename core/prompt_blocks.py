@@ -57,7 +57,7 @@ from functools import cache
 # Every tag our prompts wrap text in (core/prompts.py). `block()` builds only these.
 BLOCK_NAMES = (
     # the chat prompt
-    "instructions", "conversation_summary", "memories", "note",
+    "instructions", "conversation_summary", "memories", "note", "documents",
     # web search: the evidence check and the web answer
     "sources", "source", "question", "context",
     # memory extraction
@@ -71,7 +71,7 @@ BLOCK_NAMES = (
 # cuts them from what it writes. Not every block name: a reply may legitimately hold `<user>` or
 # `<answer>` elements (XML the user asked for), and the chat model never sees those blocks.
 ECHOED_BLOCK_NAMES = (
-    "memories", "note", "instructions", "conversation_summary", "sources", "source",
+    "memories", "note", "instructions", "conversation_summary", "documents", "sources", "source",
     "question", "context", "known_facts", "user_message", "assistant_said_before",
 )  # fmt: skip
 # Tags of the chat template itself (Qwen's, the local model's): a tool call, the tool list, a tool

@@ -13,6 +13,10 @@ from datetime import datetime, timedelta
 from core.prompt_blocks import block
 
 WEB_NOTE = "use web tool to answer"
+DOCUMENTS_NOTE = (
+    "The <documents> block holds passages of the user's own files that may answer this. Use them "
+    "where they do, citing each passage you use as [n] after the sentence; ignore them otherwise."
+)
 
 CHAT_INSTRUCTIONS = """\
 You are ResolveAI, a personal assistant that remembers its user across chats.
@@ -65,16 +69,26 @@ def chat_instructions(now: datetime, summary: str | None, memory: str = "recall"
     return "\n\n".join(parts)
 
 
-def user_turn(text: str, use_web: bool, memories: list[str] | None = None) -> str:
+def user_turn(
+    text: str,
+    use_web: bool,
+    memories: list[str] | None = None,
+    documents: list[tuple[int, str, list[str]]] | None = None,
+) -> str:
     """The new message as the model sees it (the saved message is exactly what the user typed),
-    after the memories recalled for it. They sit here, in the last message, rather than in the
-    instructions, so the prompt's prefix (instructions, summary, history) stays the same from
-    turn to turn and the model's prompt cache keeps it."""
+    after the memories recalled for it and the passages of the user's documents found for it
+    (`documents`: numbered, as `source_blocks` takes them). They sit here, in the last message,
+    rather than in the instructions, so the prompt's prefix (instructions, summary, history)
+    stays the same from turn to turn and the model's prompt cache keeps it."""
     turn = f"{text}\n\n<note>{WEB_NOTE}</note>" if use_web else text
-    if not memories:
-        return turn
-    listed = "\n".join(f"- {memory}" for memory in memories)
-    return f"{block('memories', listed)}\n\n{turn}"
+    if documents:
+        turn = f"{turn}\n\n<note>{DOCUMENTS_NOTE}</note>"
+    parts = []
+    if memories:
+        parts.append(block("memories", "\n".join(f"- {memory}" for memory in memories)))
+    if documents:
+        parts.append(block("documents", source_blocks(documents), trusted=True))
+    return "\n\n".join([*parts, turn])
 
 
 def summary_request(previous: str | None, messages: list[tuple[str, str]], words: int) -> list:

@@ -10,6 +10,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.evidence_ranking",
         "where the chunk holding a SQuAD answer lands in a search round's ranking",
     ),
+    "documents-qa": (
+        "evals.documents_qa",
+        "the SQuAD pages uploaded as documents (Markdown, PDF): where each answer's passage ranks",
+    ),
     "evidence-check": (
         "evals.evidence_check",
         "the utility model's 'enough evidence?' verdict on answerable and unanswerable questions",

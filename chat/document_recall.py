@@ -1,0 +1,71 @@
+"""Automatic document search: the passages of the user's documents that fit their message, found
+before the first model call, numbered as sources the reply cites with `[n]`.
+
+Only for a user who has documents ready (the chat's claim reads that on the way: no cost for
+anyone else). The search (rag/document_search.py) keeps only passages above its relevance floor,
+so a question about something else brings none. The sources are announced to the browser with
+a `sources` event before the first token and saved with the reply; each names its file, page,
+section and passage, so the citation opens the file there even after the file is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from chat.state import TurnContext
+from chat.steps import send_event, short_id, step_event
+from rag.document_search import FoundChunk, search_documents
+
+log = logging.getLogger("resolveai.documents")
+
+RECALL_LIMIT = 5
+PASSAGE_CHARS = 600  # of a passage's text kept in the saved source, for its preview
+
+
+def document_source(n: int, chunk: FoundChunk) -> dict[str, Any]:
+    """A passage as a numbered source (the shape web sources have, plus where it is)."""
+    where = f", page {chunk.page}" if chunk.page is not None else ""
+    body = chunk.content.split("\n", 1)[1] if "\n" in chunk.content else chunk.content
+    return {
+        "n": n,
+        "kind": "document",
+        "title": f"{chunk.filename}{where}",
+        "url": f"#/documents/{chunk.document_id}?chunk={chunk.chunk_id}"
+        + (f"&page={chunk.page}" if chunk.page is not None else ""),
+        "document_id": str(chunk.document_id),
+        "chunk_id": str(chunk.chunk_id),
+        "page": chunk.page,
+        "section": chunk.heading,
+        "text": body[:PASSAGE_CHARS],
+    }
+
+
+async def recall_documents(
+    turn: TurnContext, text: str
+) -> tuple[list[dict[str, Any]], list[tuple[int, str, list[str]]]]:
+    """The passages found: (their sources, for the browser and the saved reply; the numbered
+    blocks the model reads, as core/prompts.py's `source_blocks` takes them)."""
+    if not turn.has_documents or not text.strip():
+        return [], []
+    started = time.perf_counter()
+    try:
+        found = await search_documents(
+            turn.services.database.pool, turn.services.embedder, text,
+            user_id=turn.user_id, chat_id=turn.chat_id, limit=RECALL_LIMIT,
+        )  # fmt: skip
+    except Exception as error:  # a reply without the documents beats no reply
+        log.warning("Documents: search failed, answering without it (%s: %s)",
+                    type(error).__name__, error)  # fmt: skip
+        return [], []
+    log.info("Documents: %d passages for chat %s (%d ms)", len(found), short_id(turn.chat_id),
+             (time.perf_counter() - started) * 1000)  # fmt: skip
+    if not found:
+        return [], []
+    sources = [document_source(n, chunk) for n, chunk in enumerate(found, 1)]
+    turn.document_sources.extend(sources)
+    files = len({chunk.document_id for chunk in found})
+    step_event(turn, f"Found {len(found)} passages in {files} of your documents")
+    send_event({"type": "sources", "sources": sources})
+    return sources, [(s["n"], s["title"], [c.content]) for s, c in zip(sources, found, strict=True)]

@@ -1,0 +1,267 @@
+"""Documents through the real HTTP API and the real converter, chunker, embedder and Postgres:
+upload, background processing, the answer citing a page, duplicates, rename, download, delete,
+cancel, another user's documents, and each bad input a user may upload."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+import zipfile
+from collections.abc import AsyncIterator
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chat.tools import available_tool_names
+from core import document_store
+from core.accounts import LOCAL_USER_ID
+from core.services import Services
+from evals.pdf_pages import pdf_with_pages, wrap
+from tests.chat_client import password_services, send, serve
+from tests.scripted_model import ScriptedProvider
+from tests.test_accounts import new_user, sign_in
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "docs" / "pdf-samples"
+READY_WITHIN = 120  # seconds: converting and embedding a small file on a busy 2-core machine
+
+
+async def upload(
+    client: httpx.AsyncClient, name: str, data: bytes, chat_id: str | None = None
+) -> httpx.Response:
+    form = {"chat_id": chat_id} if chat_id else None
+    return await client.post("/api/documents", files={"file": (name, data)}, data=form)
+
+
+async def processed(client: httpx.AsyncClient, document_id: str) -> dict[str, Any]:
+    """The document once it is no longer processing."""
+    for _ in range(READY_WITHIN * 5):
+        document = (await client.get(f"/api/documents/{document_id}")).json()
+        if document["status"] != "processing":
+            return document
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"still processing after {READY_WITHIN} s: {document}")
+
+
+def unique_pdf(tag: str) -> bytes:
+    """Four pages; only page 3 says when the parade starts."""
+    pages = [
+        wrap(f"The {tag} festival guide, page {n}. " + "The town square hosts stalls. " * 30)
+        for n in (1, 2)
+    ]
+    pages.append(wrap(f"The {tag} lantern parade starts at 9 pm from the harbour and ends at the "
+                      "old lighthouse. Children lead it with paper lanterns."))  # fmt: skip
+    pages.append(wrap(f"Page 4 of the {tag} guide lists the bakeries. " * 10))
+    return pdf_with_pages(pages)
+
+
+async def test_a_pdf_answers_from_its_page_3_with_a_citation(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    response = await upload(client, f"{tag}-guide.pdf", unique_pdf(tag))
+    assert response.status_code == 201, response.text
+    document = response.json()
+    assert document["status"] == "processing" and document["filename"] == f"{tag}-guide.pdf"
+    document = await processed(client, document["document_id"])
+    assert document["status"] == "ready", document
+    assert document["pages"] == 4 and document["chunks"] >= 4 and document["kind"] == "pdf"
+
+    model.push({"text": "It starts at 9 pm from the harbour [1]."})
+    events = await send(client, f"When does the {tag} lantern parade start?")
+    sources = next(e["sources"] for e in events if e["type"] == "sources")
+    assert sources[0]["kind"] == "document" and sources[0]["page"] == 3, sources
+    assert sources[0]["title"] == f"{tag}-guide.pdf, page 3"
+    assert "9 pm" in sources[0]["text"]
+    prompt = model.calls[0]["messages"][-1]["content"]
+    assert "<documents>" in prompt and "9 pm from the harbour" in prompt
+    # The viewer reads page 3's text and finds the cited passage among it.
+    page = (await client.get(f"/api/documents/{document['document_id']}/chunks?page=3")).json()
+    assert sources[0]["chunk_id"] in [chunk["chunk_id"] for chunk in page]
+    chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
+    saved = (await client.get(f"/api/chats/{chat_id}/messages")).json()[-1]
+    assert saved["sources"][0]["page"] == 3
+
+    # A question about something else brings no passage.
+    model.push({"text": "Paris."})
+    unrelated = await send(client, "What is the capital of France?")
+    assert not [e for e in unrelated if e["type"] == "sources"]
+    assert "<documents>" not in model.calls[-1]["messages"][-1]["content"]
+
+    # Deleting the document deletes its chunks; the reply keeps the passage it cited.
+    assert (await client.delete(f"/api/documents/{document['document_id']}")).status_code == 204
+    assert (await client.get(f"/api/documents/{document['document_id']}")).status_code == 404
+    async with chat_services.database.pool.connection() as conn:
+        left = await conn.execute(
+            "SELECT count(*) FROM document_chunks WHERE document_id = %s",
+            (document["document_id"],),
+        )
+        assert (await left.fetchone())[0] == 0
+    saved = (await client.get(f"/api/chats/{chat_id}/messages")).json()[-1]
+    assert "9 pm" in saved["sources"][0]["text"]
+
+
+async def test_the_same_file_twice_is_one_document_and_the_original_comes_back(
+    client: httpx.AsyncClient,
+) -> None:
+    data = f"# Notes {uuid.uuid4().hex}\n\nThe spare key is under the blue flowerpot.\n".encode()
+    first = await upload(client, "notes.md", data)
+    again = await upload(client, "copy of notes.md", data)
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["document_id"] == first.json()["document_id"]
+    document_id = first.json()["document_id"]
+    document = await processed(client, document_id)
+    assert document["status"] == "ready" and document["pages"] is None
+    listed = [d["document_id"] for d in (await client.get("/api/documents")).json()]
+    assert listed.count(document_id) == 1
+    original = await client.get(f"/api/documents/{document_id}/file")
+    assert original.content == data
+    assert original.headers["content-disposition"].startswith("attachment;")
+    assert original.headers["content-type"] == "application/octet-stream"
+    renamed = await client.patch(f"/api/documents/{document_id}", json={"filename": "keys.md"})
+    assert renamed.status_code == 200 and renamed.json()["filename"] == "keys.md"
+    assert (await client.post(f"/api/documents/{document_id}/cancel")).status_code == 409
+    reindexed = await client.post(f"/api/documents/{document_id}/reindex")
+    assert reindexed.json()["status"] == "processing"
+    assert (await processed(client, document_id))["status"] == "ready"
+    await client.delete(f"/api/documents/{document_id}")
+
+
+async def test_bad_files_get_a_clear_answer_and_leave_nothing_half_made(
+    client: httpx.AsyncClient, chat_services: Services
+) -> None:
+    unknown = await upload(client, "tool.exe", b"MZ\x90\x00")
+    assert unknown.status_code == 415 and "tool.exe" in unknown.json()["error"]
+    empty = await upload(client, "empty.txt", b"")
+    assert empty.status_code == 422 and "empty" in empty.json()["error"]
+    missing = await client.post("/api/documents", data={"chat_id": str(uuid.uuid4())})
+    assert missing.status_code == 422
+
+    bomb = BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", b"\0" * (300 * 1024 * 1024))
+    cases = {
+        "encrypted.pdf": (
+            SAMPLES / "005-libreoffice-writer-password" / "libreoffice-writer-password.pdf"
+        ).read_bytes(),
+        "damaged.pdf": unique_pdf("damaged")[:400],
+        "photo.pdf": b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8,
+        "bomb.docx": bomb.getvalue(),
+        "scanned.pdf": pdf_with_pages([[], []]),
+    }
+    results = {}
+    for name, data in cases.items():
+        response = await upload(client, name, data)
+        assert response.status_code == 201, (name, response.text)
+        results[name] = await processed(client, response.json()["document_id"])
+    for name, document in results.items():
+        assert document["status"] == "failed" and document["error"], (name, document)
+        assert document["chunks"] == 0
+        async with chat_services.database.pool.connection() as conn:
+            rows = await conn.execute(
+                "SELECT count(*) FROM document_chunks WHERE document_id = %s",
+                (document["document_id"],),
+            )
+            assert (await rows.fetchone())[0] == 0, name
+    assert "OCR" in results["scanned.pdf"]["error"]
+    assert "password" in results["encrypted.pdf"]["error"].lower()
+    for document in results.values():
+        await client.delete(f"/api/documents/{document['document_id']}")
+    # The server is still fine.
+    assert (await client.get("/api/health")).json()["ok"] is True
+
+
+async def test_over_the_size_cap_is_refused_before_it_is_read(chat_services: Services) -> None:
+    small = dataclasses.replace(
+        chat_services,
+        settings=chat_services.settings.model_copy(update={"document_max_bytes": 2048}),
+    )
+    async with serve(small) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        response = await upload(client, "big.txt", b"word " * 2000)
+        assert response.status_code == 413 and "DOCUMENT_MAX_BYTES" in response.json()["error"]
+
+
+async def test_a_cancelled_document_stores_nothing(
+    client: httpx.AsyncClient, chat_services: Services
+) -> None:
+    pool = chat_services.database.pool
+    row, _ = await document_store.add_document(
+        pool, LOCAL_USER_ID, "later.txt", "text/plain", f"cancel me {uuid.uuid4()}".encode()
+    )
+    cancelled = await client.post(f"/api/documents/{row['document_id']}/cancel")
+    if cancelled.status_code == 409:  # the worker was quicker
+        assert (await processed(client, str(row["document_id"])))["status"] == "ready"
+    else:
+        assert cancelled.json()["status"] == "cancelled"
+        stored = await document_store.store_chunks(pool, row["document_id"], [], "m", "text", None)
+        assert stored is False
+        assert (await client.get(f"/api/documents/{row['document_id']}")).json()["chunks"] == 0
+    await client.delete(f"/api/documents/{row['document_id']}")
+
+
+@pytest.fixture(scope="module")
+async def accounts_url(chat_services: Services) -> AsyncIterator[str]:
+    services = password_services(
+        chat_services, rate_limit_messages_per_minute=0, rate_limit_concurrent_replies=0
+    )
+    async with serve(services) as url:
+        yield url
+
+
+async def test_another_users_documents_are_not_there(
+    accounts_url: str, chat_services: Services
+) -> None:
+    pool = chat_services.database.pool
+    alice = await sign_in(accounts_url, await new_user(pool, "alice"))
+    bob = await sign_in(accounts_url, await new_user(pool, "bob"))
+    try:
+        secret = f"# Diary {uuid.uuid4()}\n\nMy bank PIN hint is the cat's birthday.\n".encode()
+        document_id = (await upload(alice, "diary.md", secret)).json()["document_id"]
+        assert (await processed(alice, document_id))["status"] == "ready"
+        assert document_id not in [
+            d["document_id"] for d in (await bob.get("/api/documents")).json()
+        ]
+        for method, path in (("GET", ""), ("GET", "/file"), ("GET", "/chunks"), ("DELETE", ""),
+                             ("POST", "/reindex"), ("POST", "/cancel")):  # fmt: skip
+            response = await bob.request(method, f"/api/documents/{document_id}{path}")
+            assert response.status_code == 404, (method, path)
+        # The same bytes are Bob's own document, not a way to Alice's.
+        bobs = await upload(bob, "diary.md", secret)
+        assert bobs.status_code == 201 and bobs.json()["document_id"] != document_id
+    finally:
+        await alice.aclose()
+        await bob.aclose()
+
+
+async def test_a_model_with_tools_searches_the_documents_for_something_else(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    notes = (f"# Boat {tag}\n\nThe {tag} sailboat's engine takes 2-stroke oil mixed 50 to 1. "
+             "Its sails are stored in the blue locker by the pier.\n").encode()  # fmt: skip
+    document_id = (await upload(client, f"{tag}-boat.md", notes)).json()["document_id"]
+    assert (await processed(client, document_id))["status"] == "ready"
+    try:
+        model.push(
+            {"tool_calls": [{"name": "search_documents", "arguments": {"query": f"{tag} sails"}}]},
+            {"text": "In the blue locker by the pier [1]."},
+        )
+        events = await send(client, "Where did I say I keep them?")
+        offered = [t["function"]["name"] for t in model.calls[0]["tools"] or []]
+        assert "search_documents" in offered
+        found = [e for e in events if e["type"] == "sources"][-1]["sources"]
+        assert found[0]["document_id"] == document_id and "blue locker" in found[0]["text"]
+        tool_result = model.calls[1]["messages"][-1]["content"]
+        assert '"n": 1' in tool_result and "blue locker" in tool_result
+        chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
+        saved = (await client.get(f"/api/chats/{chat_id}/messages")).json()[-1]
+        assert saved["sources"][0]["chunk_id"] == found[0]["chunk_id"]
+    finally:
+        await client.delete(f"/api/documents/{document_id}")
+    # Offered only to a user who has documents.
+    assert "search_documents" not in available_tool_names(chat_services, documents=False)
+    assert "search_documents" in available_tool_names(chat_services, documents=True)
