@@ -25,7 +25,8 @@ from chat.auth import user_of
 from core import chat_store, document_store
 from core.api_schema import NON_BLANK_TEXT
 from core.http_errors import errors
-from rag.document_convert import SUPPORTED
+from core.http_guard import readable_size
+from rag.document_convert import DocumentRejected, kind_of
 
 router = APIRouter(prefix="/api")
 
@@ -40,11 +41,6 @@ class RenameIn(BaseModel):
 
 def _pool(request: Request) -> Any:
     return request.app.state.services.database.pool
-
-
-def _extension(filename: str) -> str:
-    name = filename.rsplit("/", 1)[-1]
-    return name.rsplit(".", 1)[-1].lower() if "." in name else ""
 
 
 async def _document_or_404(request: Request, document_id: uuid.UUID) -> dict[str, Any]:
@@ -66,15 +62,17 @@ async def upload_document(
     """Upload a document; it is processed in the background (poll it, or the list)."""
     user = user_of(request)
     filename = (file.filename or "").strip() or "document"
-    if _extension(filename) not in SUPPORTED:
-        kinds = ", ".join(sorted(SUPPORTED))
-        raise HTTPException(
-            415, f"ResolveAI cannot read {filename!r}: upload one of these types: {kinds}."
-        )
+    try:
+        kind_of(filename)
+    except DocumentRejected as error:
+        raise HTTPException(415, f"{filename}: {error}") from None
     data = await file.read()
     limit = request.app.state.settings.document_max_bytes
     if len(data) > limit:
-        raise HTTPException(413, f"{filename!r} is larger than {limit // (1 << 20)} MB.")
+        raise HTTPException(
+            413, f"{filename} is larger than {readable_size(limit)}, the largest file accepted"
+            " (DOCUMENT_MAX_BYTES).",
+        )  # fmt: skip
     if not data:
         raise HTTPException(422, f"{filename!r} is empty.")
     if chat_id is not None and not await chat_store.get_chat(

@@ -171,11 +171,12 @@ DESCRIPTIONS = {
     404: "No such chat, message, memory or reply.",
     409: "Conflicts with the current state (a reply is already being written, a stale token, a "
     "taken username, accounts asked of a server with AUTH_MODE=none…).",
-    413: "The request body is larger than MAX_REQUEST_BYTES.",
-    429: "Too many requests (messages per minute, replies at once, failed sign-ins): wait for "
-    "Retry-After seconds.",
+    413: "The request body is larger than MAX_REQUEST_BYTES (an upload: DOCUMENT_MAX_BYTES).",
+    415: "A file of a type ResolveAI does not read.",
     422: "Invalid input: a field's type, length or format, or text Postgres cannot store "
     "(a NUL character, a lone surrogate).",
+    429: "Too many requests (messages per minute, replies at once, failed sign-ins): wait for "
+    "Retry-After seconds.",
     500: "An unexpected error, logged with the request id.",
     503: "The database is not answering; retry after a moment (Retry-After).",
 }

@@ -204,7 +204,7 @@ class HostOriginGuard:
         await self.app(scope, receive, send)
 
 
-def _size(limit: int) -> str:
+def readable_size(limit: int) -> str:
     for unit, size in (("MB", 1 << 20), ("KB", 1 << 10)):
         if limit % size == 0:
             return f"{limit // size} {unit}"
@@ -263,9 +263,7 @@ class BodyGuard:
             limit, setting = policy.max_upload_bytes, "DOCUMENT_MAX_BYTES"
         else:
             limit, setting = policy.max_request_bytes, "MAX_REQUEST_BYTES"
-        too_large = (
-            f"The request body is larger than {_size(limit)} ({setting}), so it was not read."
-        )
+        too_large = f"The request body is larger than {readable_size(limit)} ({setting}), so it was not read."
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await send_error(scope, receive, send, 413, too_large)

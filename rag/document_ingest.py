@@ -53,7 +53,7 @@ def document_chunks(converted: Converted, filename: str, embedder: Embedder) -> 
             continue
         title = f"{filename}, page {page.number}" if page.number is not None else filename
         result = SearchResult(url="", title=title, content=page.markdown)
-        for chunk in chunk_page(result, index, embedder.count_tokens, budget):
+        for chunk in chunk_page(result, index, embedder.count_tokens, budget, keep_small=True):
             heading = "" if chunk.heading_path == NO_SECTION else chunk.heading_path
             chunks.append(StoredChunk(page.number, heading, chunk.text, None))
     return chunks

@@ -390,9 +390,11 @@ def chunk_page(
     source_index: int,
     count_tokens: Callable[[str], int],
     budget: int = DEFAULT_BUDGET,
+    keep_small: bool = False,
 ) -> list[Chunk]:
     """Clean one page and cut it into chunks of at most `budget` tokens each (header and special
-    tokens included, as counted by `count_tokens`)."""
+    tokens included, as counted by `count_tokens`). `keep_small`: a short piece that cannot be
+    merged is kept even without a digit (a user's own short file is content, not page chrome)."""
     if budget < MIN_BUDGET:
         raise ValueError(f"chunk budget {budget} is too small (at least {MIN_BUDGET} tokens)")
     counter = _Counter(count_tokens)
@@ -428,7 +430,7 @@ def chunk_page(
             pieces.extend(fitted(section.path, text))
 
     chunks = []
-    for piece in _merge_small(pieces, fits, counter):
+    for piece in _merge_small(pieces, fits, counter, keep_small):
         text = render(piece)
         tokens = counter.tokens(text)  # measured when its fit was checked
         chunks.append(Chunk(text, result.url, title, piece.path, tokens, source_index))
@@ -436,10 +438,10 @@ def chunk_page(
 
 
 def _merge_small(
-    pieces: list[_Piece], fits: Callable[[_Piece], bool], counter: _Counter
+    pieces: list[_Piece], fits: Callable[[_Piece], bool], counter: _Counter, keep_small: bool
 ) -> list[_Piece]:
     """Merge pieces under MIN_PIECE_TOKENS into a neighbour (same section first); keep the ones
-    that can't be merged only if they hold a digit."""
+    that can't be merged only if they hold a digit (or always, with `keep_small`)."""
     out: list[_Piece] = []
     pending = list(pieces)
     for i, piece in enumerate(pending):
@@ -465,7 +467,7 @@ def _merge_small(
                     pending[i + 1] = candidate
                 break
         else:
-            if _has_digit(piece.body()):
+            if keep_small or _has_digit(piece.body()):
                 out.append(piece)
     return out
 

@@ -114,7 +114,7 @@ async def test_the_same_file_twice_is_one_document_and_the_original_comes_back(
     assert again.json()["document_id"] == first.json()["document_id"]
     document_id = first.json()["document_id"]
     document = await processed(client, document_id)
-    assert document["status"] == "ready" and document["pages"] is None
+    assert document["status"] == "ready" and document["pages"] is None, document
     listed = [d["document_id"] for d in (await client.get("/api/documents")).json()]
     assert listed.count(document_id) == 1
     original = await client.get(f"/api/documents/{document_id}/file")
