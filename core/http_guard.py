@@ -263,7 +263,8 @@ class BodyGuard:
             limit, setting = policy.max_upload_bytes, "DOCUMENT_MAX_BYTES"
         else:
             limit, setting = policy.max_request_bytes, "MAX_REQUEST_BYTES"
-        too_large = f"The request body is larger than {readable_size(limit)} ({setting}), so it was not read."
+        size = readable_size(limit)
+        too_large = f"The request body is larger than {size} ({setting}), so it was not read."
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await send_error(scope, receive, send, 413, too_large)
