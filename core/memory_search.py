@@ -119,7 +119,7 @@ def ef_search_sql(limit: int, ef_search: int = EF_SEARCH) -> str:
 
 
 # A word as a one-word tsquery: quoted, with quotes and backslashes doubled.
-_LEXEME_QUERY = r"('''' || replace(replace(lexeme, E'\\', E'\\\\'), '''', '''''') || '''')::tsquery"
+LEXEME_QUERY = r"('''' || replace(replace(lexeme, E'\\', E'\\\\'), '''', '''''') || '''')::tsquery"
 
 # The IDF of the query's (scored) words a memory's `content_words` hold.
 _SHARED_IDF = "(SELECT sum(idf) FROM scored_words WHERE {words} @@ scored_words.single)"
@@ -141,7 +141,7 @@ WITH total AS (
     FROM unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lexeme
     CROSS JOIN total LEFT JOIN memory_word_counts counts USING (lexeme)
 ), scored_words AS (
-    SELECT lexeme, idf, memories, {_LEXEME_QUERY} AS single FROM words
+    SELECT lexeme, idf, memories, {LEXEME_QUERY} AS single FROM words
     WHERE memories > 0 ORDER BY memories, lexeme LIMIT {MAX_SEARCHED_WORDS}
 ), by_meaning AS (
     SELECT memory_id FROM memories
