@@ -18,7 +18,8 @@ its declared size, so a member cannot inflate further than declared.
 Libraries (chosen by measurement, `python -m bench.pdf_extractors`; see bench/README.md):
 - PDF: pypdfium2 (PDFium, Apache-2.0/BSD-3), page by page. On pypdf's sample corpus it read the
   text as well as the best (consensus recall 0.989; columns in order, ligatures and maths symbols
-  as Unicode, hyphenated line ends joined) at ~400 pages/s, 10× pypdf and 200× pymupdf4llm (AGPL).
+  as Unicode, hyphenated line ends joined) at 300-400 pages/s: 10× pypdf, 100× pymupdf4llm (AGPL;
+  its Markdown headings did not pay for that). Figures in bench/RESULTS.md.
   PDFs carry no headings, so a line set clearly larger than the body text becomes one (the
   largest size `#`, the next `##`, ...), short lines only;
 - DOCX: mammoth (Word styles → HTML, "Heading 1" → h1), then the HTML path;
@@ -217,17 +218,14 @@ def _describe(data: bytes) -> str | None:
 
 def _not_a(kind: str, data: bytes, what: str | None = None) -> DocumentRejected:
     what = what or _describe(data)
-    extension = next(e for e, k in SUPPORTED.items() if k == kind)
     name = LABELS[kind]
     article = "an" if name[0] in "AEIOU" else "a"
     if what:
         return DocumentRejected(
-            f"This file is named {extension} but is {what}, not {article} {name}: "
-            "check that you picked the right file."
+            f"This file is {what}, not {article} {name}: check that you picked the right file."
         )
     return DocumentRejected(
-        f"This file is named {extension} but is not {article} {name}: "
-        "check that you picked the right file."
+        f"This file is not {article} {name}: check that you picked the right file."
     )
 
 
@@ -258,16 +256,14 @@ def _decode_text(data: bytes, kind: str) -> str:
 
 def _not_text(kind: str, data: bytes) -> DocumentRejected:
     what = _describe(data)
-    name = LABELS[kind]
-    extension = next(e for e, k in SUPPORTED.items() if k == kind)
     if what:
         return DocumentRejected(
-            f"This file is named {extension} but is {what}, not a text file: "
-            "check that you picked the right file."
+            f"This file is {what}, not a text file: check that you picked the right file."
         )
+    name = LABELS[kind]
+    as_it_should = "" if kind == "text" else f", as {'an' if kind == 'html' else 'a'} {name} is"
     return DocumentRejected(
-        f"This file is named {extension} but is not a text file (a {name} is text): "
-        "check that you picked the right file."
+        f"This file is not a text file{as_it_should}: check that you picked the right file."
     )
 
 
@@ -294,19 +290,13 @@ def _convert_csv(data: bytes) -> Converted:
     text = _decode_text(data, "csv")
     head = text[:8192]
     try:
-        dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(head, delimiters=",;\t|")
+        reader = csv.reader(io.StringIO(text), csv.Sniffer().sniff(head, delimiters=",;\t|"))
     except csv.Error:
         # The sniffer gives up on ragged rows: take the likeliest delimiter of the first line.
         first = head.split("\n", 1)[0]
-        delimiter = max(",;\t|", key=first.count)
-
-        class _Guessed(csv.excel):
-            pass
-
-        _Guessed.delimiter = delimiter
-        dialect = _Guessed
+        reader = csv.reader(io.StringIO(text), delimiter=max(",;\t|", key=first.count))
     try:
-        rows = list(csv.reader(io.StringIO(text), dialect))
+        rows = list(reader)
     except csv.Error as error:  # e.g. a field longer than csv.field_size_limit() (128 KiB)
         raise DocumentRejected(f"This CSV file could not be read as a table: {error}.") from error
     return Converted("csv", [Page(None, markdown_table(rows))], None)
