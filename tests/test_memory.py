@@ -389,12 +389,13 @@ async def turn_config(
 def test_tool_schemas_show_only_the_model_arguments() -> None:
     schemas = tool_schemas()
     names = [s["function"]["name"] for s in schemas]
-    assert names == ["save_memory", "retrieve_memory", "web_search"]
+    assert names == ["save_memory", "retrieve_memory", "search_documents", "web_search"]
     assert [s["function"]["name"] for s in schemas] == [t.name for t in TOOLS]
     parameters = {s["function"]["name"]: s["function"]["parameters"] for s in schemas}
     assert set(parameters["save_memory"]["properties"]) == {"content", "quote"}
     assert parameters["save_memory"]["required"] == ["content", "quote"]
     assert set(parameters["retrieve_memory"]["properties"]) == {"query"}
+    assert set(parameters["search_documents"]["properties"]) == {"query"}
     # `config` is injected by LangChain, never asked of the model.
     assert "config" not in json.dumps(schemas)
     for tool in TOOLS:
