@@ -2,7 +2,9 @@
 chip with its live status, then on the Documents page (rename, download, re-index, delete); a
 reply citing a passage of a document shows it in the `[n]` popover and opens the viewer on it
 (on a phone, the popover first), and after the document is deleted the viewer shows the passage
-the reply kept; a file that cannot be read shows why, on its chip and on the Documents page.
+the reply kept; a file that cannot be read shows why, on its chip and on the Documents page; a
+long document shows its progress and can be cancelled; signed in, an upload carries the CSRF
+token.
 
 Same harness as test_ui.py: Debian's Chromium, the real server, database, embedder, converter
 and document worker, the scripted model. The page may log the failed requests these tests
@@ -193,11 +195,22 @@ async def test_a_file_attached_in_the_composer_is_read_then_renamed_and_deleted(
     await expect(again.locator(".attachment-status")).to_have_text(
         re.compile(r"^Ready · \d+ passages? · already in your documents$")
     )
-    # Sending a message takes the chips that are done with it (they went with it).
-    model.push({"text": "Under the blue flowerpot."})
+    # Sending a message takes the chips that are done with it (they went with it). The reply
+    # cites the note as the server found it (a Markdown file has no pages): its [1] opens the
+    # viewer on the whole document, the passage marked.
+    model.push({"text": "Under the blue flowerpot [1]."})
     await ui.send(f"Where is the spare key of the {tag} flat?")
-    await expect(ui.assistant()).to_have_attribute("data-status", "complete", timeout=20_000)
+    reply = ui.assistant()
+    await expect(reply).to_have_attribute("data-status", "complete", timeout=20_000)
     await expect(page.locator(".attachment")).to_have_count(0)
+    await expect(reply.locator(".sources-list a.source-document")).to_have_text(name)
+    await reply.locator(".markdown a.cite").click()
+    viewer = re.compile(rf"#/documents/{document_id}\?chunk=[0-9a-f-]{{36}}$")
+    await expect(page).to_have_url(viewer)
+    await expect(page.locator("#viewer-meta")).to_have_text("The whole document")
+    await expect(page.locator(".viewer-chunk.cited")).to_contain_text("blue flowerpot")
+    await page.go_back()
+    await expect(reply).to_be_visible()
 
     # The Documents page lists it, with its size, passages and status.
     await open_documents_page(page)
@@ -524,6 +537,51 @@ async def check_unreadable_files(page_ui: UI) -> None:
     async with await api_client(page_ui.url) as client:
         for name in (scanned, encrypted):
             await client.delete(f"/api/documents/{documents[name]['document_id']}")
+
+
+# --- progress and cancel ----------------------------------------------------------------------
+
+
+def long_pdf(tag: str, pages: int = 100) -> bytes:
+    """Enough pages that reading them takes a while (hundreds of passages to embed)."""
+    return pdf_with_pages(
+        [
+            wrap(f"Chapter {n} of the {tag} almanac. " + f"Tide table {n}, harbour notes. " * 150)
+            for n in range(1, pages + 1)
+        ]
+    )
+
+
+async def test_a_document_being_read_shows_its_progress_and_can_be_cancelled(
+    ui: UI,  # noqa: F811
+) -> None:
+    page = ui.page
+    tag = uuid.uuid4().hex[:8]
+    name = f"{tag}-almanac.pdf"
+    await ui.open()
+    await open_documents_page(page)
+    await page.locator("#documents-input").set_input_files(
+        {"name": name, "mimeType": "application/pdf", "buffer": long_pdf(tag)}
+    )
+    item = document_item(page, name)
+    status = item.locator(".document-status")
+    # The list follows it on its own (every second): embedding, with a progress bar.
+    await expect(status).to_have_text(re.compile(r"^Embedding \d+/\d+$"), timeout=READY_MS)
+    progress = item.locator("progress")
+    await expect(progress).to_be_visible()
+    done, total = map(int, re.findall(r"\d+", await status.inner_text()))
+    assert await progress.get_attribute("max") == str(total) and total > 8
+    assert await progress.get_attribute("value") == str(done)
+    await expect(item.get_by_role("button", name=f"Re-index {name}")).to_have_count(0)
+    await ui.shot("desktop-light-documents-progress")
+
+    await item.get_by_role("button", name=f"Cancel processing {name}").click()
+    await expect(status).to_have_text("Cancelled: re-index to read it")
+    await expect(item.locator("progress")).to_have_count(0)
+    await expect(item.get_by_role("button", name=f"Re-index {name}")).to_be_focused()
+    async with await api_client(ui.url) as client:
+        documents = (await client.get("/api/documents")).json()
+    assert next(d for d in documents if d["filename"] == name)["status"] == "cancelled"
 
 
 # --- signed in (AUTH_MODE=password) -----------------------------------------------------------

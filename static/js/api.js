@@ -1,4 +1,4 @@
-// The server's JSON API (chats, messages, memories, settings, accounts). Every failure becomes an
+// The server's JSON API (chats, messages, memories, documents, settings, accounts). Every failure becomes an
 // ApiError carrying the server's own sentence ({"error": "..."}), so the UI can show people what
 // actually went wrong.
 //
@@ -105,6 +105,7 @@ export function loadSession() {
 
 const chatPath = (chatId) => `/api/chats/${encodeURIComponent(chatId)}`;
 const memoryPath = (memoryId) => `/api/memories/${encodeURIComponent(memoryId)}`;
+const documentPath = (documentId) => `/api/documents/${encodeURIComponent(documentId)}`;
 const query = (params) => new URLSearchParams(Object.entries(params).filter(([, v]) => v !== "" && v !== undefined)).toString();
 
 export const api = {
@@ -135,6 +136,20 @@ export const api = {
   health: () => request("GET", "/api/health"),
   updateSettings: (changes) => request("PATCH", "/api/settings", changes),
 
+  // Documents (uploads: `uploadDocument` below).
+  documents: () => request("GET", "/api/documents"),
+  document: (documentId) => request("GET", documentPath(documentId)),
+  /** The document's chunks in order, [{chunk_id, ordinal, page, heading, content}]; one page's
+   *  with `page`. */
+  documentChunks: (documentId, page = null) =>
+    request("GET", `${documentPath(documentId)}/chunks${page === null ? "" : `?${query({ page: String(page) })}`}`),
+  renameDocument: (documentId, filename) => request("PATCH", documentPath(documentId), { filename }),
+  removeDocument: (documentId) => request("DELETE", documentPath(documentId)),
+  reindexDocument: (documentId) => request("POST", `${documentPath(documentId)}/reindex`),
+  cancelDocument: (documentId) => request("POST", `${documentPath(documentId)}/cancel`),
+  /** The original file, as a download. */
+  documentFileUrl: (documentId) => `${documentPath(documentId)}/file`,
+
   // Accounts (AUTH_MODE=password).
   signOut: () => request("POST", "/api/auth/logout", undefined, { signIn: false }),
   /** Answers the session again, with a new CSRF token (kept here): other sessions are gone. */
@@ -151,6 +166,27 @@ export const api = {
   addUser: (username, password, isAdmin) => request("POST", "/api/admin/users", { username, password, is_admin: isAdmin }),
   setUserDisabled: (userId, disabled) => request("PATCH", `/api/admin/users/${encodeURIComponent(userId)}`, { disabled }),
 };
+
+/**
+ * Upload a file (multipart `file`, and `chat_id` to attach it to a chat): `{document, existing}`,
+ * `existing` when the same bytes were already one of the user's documents (200, not 201).
+ */
+export async function uploadDocument(file, chatId = null) {
+  if (mustWait("POST")) await sessionPending.catch(() => null);
+  const form = new FormData();
+  form.append("file", file, file.name);
+  if (chatId) form.append("chat_id", chatId);
+  let response;
+  try {
+    // No Content-Type: the browser writes the multipart boundary itself.
+    response = await fetch("/api/documents", { method: "POST", headers: withCsrf("POST", {}), body: form });
+  } catch {
+    throw new ApiError("Cannot reach the server. Check that it is running.");
+  }
+  if (response.status === 401) return toSignIn();
+  if (!response.ok) throw await errorOf(response);
+  return { document: await response.json(), existing: response.status === 200 };
+}
 
 /**
  * Send a message and return the streaming Response (text/event-stream). No `chatId` starts a new

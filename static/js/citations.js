@@ -1,24 +1,64 @@
 // The popover of a citation link: hovering or focusing `[n]` shows the source's title and
-// address. One shared element, positioned next to the link (CSSOM, which the CSP allows).
+// address; for a passage of one of the user's documents, the file and page and the passage's
+// first words. One shared element, positioned next to the link (CSSOM, which the CSP allows).
+//
+// On a touch screen (or a phone-sized window) there is no hover: the first tap on a document's
+// `[n]` shows its popover, with a button to open the passage; a second tap on it opens it too.
+// Following a document citation (from `[n]`, the popover or the Sources list) remembers the
+// passage, so the viewer can show it even if the document was deleted since.
 
+import { preview, rememberPassage } from "./documents.js";
 import { hostOf } from "./render.js";
 
 const GAP = 6;
+const PREVIEW_CHARS = 220;
 
 export function setupCitationPopover() {
   const popover = document.getElementById("cite-popover");
   const title = popover.querySelector(".cite-popover-title");
   const address = popover.querySelector(".cite-popover-url");
+  const passage = popover.querySelector(".cite-popover-text");
+  const open = popover.querySelector(".cite-popover-open");
+  const tapFirst = window.matchMedia("(hover: none), (pointer: coarse), (max-width: 860px)");
   let current = null;
+  let pinned = null; // the document citation tapped once: its popover stays, with its button
 
   function show(link) {
+    if (pinned && pinned !== link) unpin();
     current = link;
+    const isDocument = link.dataset.kind === "document";
     title.textContent = link.dataset.title || "";
-    address.textContent = link.dataset.url || "";
-    address.title = hostOf(link.dataset.url);
+    if (isDocument) {
+      address.textContent = link.dataset.section || "";
+      address.removeAttribute("title");
+      passage.textContent = preview(link.dataset.text, PREVIEW_CHARS);
+    } else {
+      address.textContent = link.dataset.url || "";
+      address.title = hostOf(link.dataset.url);
+      passage.textContent = "";
+    }
+    address.hidden = !address.textContent;
+    passage.hidden = !passage.textContent;
+    popover.classList.toggle("cite-popover-document", isDocument);
     popover.hidden = false;
     link.setAttribute("aria-describedby", "cite-popover");
     place();
+  }
+
+  function pin(link) {
+    show(link);
+    pinned = link;
+    open.href = link.getAttribute("href");
+    Object.assign(open.dataset, link.dataset);
+    open.hidden = false;
+    popover.classList.add("pinned");
+    place();
+  }
+
+  function unpin() {
+    pinned = null;
+    open.hidden = true;
+    popover.classList.remove("pinned");
   }
 
   function place() {
@@ -37,6 +77,7 @@ export function setupCitationPopover() {
   }
 
   function hide() {
+    if (pinned) unpin();
     if (!current) return;
     current.removeAttribute("aria-describedby");
     current = null;
@@ -46,16 +87,33 @@ export function setupCitationPopover() {
   const citeOf = (event) => event.target instanceof Element ? event.target.closest(".cite") : null;
   document.addEventListener("mouseover", (event) => {
     const link = citeOf(event);
-    if (link) show(link);
-    else if (current && !popover.contains(event.target)) hide();
+    if (link) {
+      if (link !== pinned) show(link);
+    } else if (current && !popover.contains(event.target) && !pinned) hide();
   });
   document.addEventListener("focusin", (event) => {
     const link = citeOf(event);
-    if (link) show(link);
-    else hide();
+    if (link) {
+      if (link !== pinned) show(link);
+    } else if (!popover.contains(event.target)) hide();
   });
   document.addEventListener("keydown", (event) => {
     if (event.key === "Escape" && current) hide();
+  });
+  document.addEventListener("click", (event) => {
+    const target = event.target instanceof Element ? event.target : null;
+    const link = target?.closest("a.cite-document");
+    if (link && tapFirst.matches && link !== pinned && event.button === 0 && !event.ctrlKey && !event.metaKey && !event.shiftKey) {
+      event.preventDefault(); // the preview first; the button (or a second tap) opens it
+      pin(link);
+      return;
+    }
+    const followed = target?.closest('a[data-kind="document"]');
+    if (followed) {
+      rememberPassage(followed); // the popover goes with the address change (hashchange)
+      return;
+    }
+    if (pinned && !popover.contains(target)) hide();
   });
   // The link moves when the conversation scrolls (or streams): the popover follows it.
   let frame = 0;
@@ -68,4 +126,6 @@ export function setupCitationPopover() {
   };
   document.addEventListener("scroll", follow, { capture: true, passive: true });
   window.addEventListener("resize", follow);
+  // Leaving the page (the viewer opens): nothing of the popover stays behind.
+  window.addEventListener("hashchange", hide);
 }

@@ -1,21 +1,29 @@
 // Start-up and the page-level wiring: routes (#/chat/<id>, #/chat/<id>/<message id> pointing at
-// one message, #/memory, or the new-chat draft), which view the main area shows, the sidebar
-// drawer on narrow screens, and global keys (Esc stops a streaming reply).
+// one message, #/memory, #/documents, #/documents/<id>?chunk=<id>&page=N (a cited passage), or
+// the new-chat draft), which view the main area shows, files dropped onto it, the sidebar drawer
+// on narrow screens, and global keys (Esc stops a streaming reply).
 
 import { setupAccount } from "./account.js";
 import { api, loadSession } from "./api.js";
+import { createAttachments } from "./attachments.js";
 import { createChat } from "./chat.js";
 import { setupCitationPopover } from "./citations.js";
 import { createComposer } from "./composer.js";
 import { setupSummaryDialog } from "./dialogs.js";
+import { parseDocumentRoute } from "./documents.js";
+import { createDocumentsPage } from "./documents-page.js";
 import { toast } from "./dom.js";
 import { createMemoryPage } from "./memory.js";
 import { createSidebar } from "./sidebar.js";
+import { createViewer } from "./viewer.js";
 
 const CHAT_ROUTE = /^#\/chat\/([0-9a-f-]{36})(?:\/([0-9a-f-]{36}))?$/i;
 const MEMORY_ROUTE = /^#\/memory\/?$/;
+const DOCUMENTS_ROUTE = /^#\/documents\/?$/;
 const main = document.getElementById("main");
 const memoryLink = document.getElementById("memory-link");
+const documentsLink = document.getElementById("documents-link");
+const conversation = document.getElementById("conversation");
 const narrow = window.matchMedia("(max-width: 860px)");
 
 const drawer = {
@@ -39,9 +47,17 @@ const drawer = {
 
 let chat;
 let memoryPage;
-const chatShown = () => main.dataset.view !== "memory";
+let documentsPage;
+const chatShown = () => main.dataset.view === "chat";
+const attachments = createAttachments({
+  chatId: () => chat.chatId,
+  onChange: () => documentsPage.reload(),
+});
 const composer = createComposer({
-  onSend: (text, useWeb) => chat.send(text, useWeb),
+  onSend: (text, useWeb) => {
+    attachments.sent();
+    chat.send(text, useWeb);
+  },
   onStop: () => chat.stop(),
 });
 const sidebar = createSidebar({
@@ -63,37 +79,108 @@ memoryPage = createMemoryPage({
   },
 });
 
-/** The main area shows a chat (or the draft) or the Memory page; CSS hides the other one. */
+documentsPage = createDocumentsPage();
+const viewer = createViewer({ onTitle: (title) => setPageTitle(title) });
+
+function setPageTitle(title) {
+  document.getElementById("chat-title").textContent = title;
+  document.title = `${title} · ResolveAI`;
+}
+
+// Where the conversation was scrolled to when another view took its place: a citation's viewer
+// and back again finds the reply where it was.
+let conversationScroll = null;
+
+/** The main area shows a chat (or the draft), the Memory page, the Documents page or a document
+ *  ("document": the viewer); CSS hides the others (data-view). */
 function showView(view) {
   const was = main.dataset.view;
+  if (was === "chat" && view !== "chat") conversationScroll = conversation.scrollTop;
   main.dataset.view = view;
+  const current = (link, on) => (on ? link.setAttribute("aria-current", "page") : link.removeAttribute("aria-current"));
+  current(memoryLink, view === "memory");
+  current(documentsLink, view === "documents" || view === "document");
+  if (view !== "chat") sidebar.setActive(null);
+  if (was === "memory" && view !== "memory") memoryPage.hide(); // a delete waiting for its Undo is sent now
+  if (was === "documents" && view !== "documents") documentsPage.hide();
+  if (was === "document" && view !== "document") viewer.hide();
   if (view === "memory") {
-    memoryLink.setAttribute("aria-current", "page");
-    sidebar.setActive(null);
-    document.getElementById("chat-title").textContent = "Memory";
-    document.title = "Memory · ResolveAI";
+    setPageTitle("Memory");
     if (was !== "memory") memoryPage.show();
-  } else {
-    memoryLink.removeAttribute("aria-current");
-    if (was === "memory") memoryPage.hide(); // a delete waiting for its Undo is sent now
+  } else if (view === "documents") {
+    setPageTitle("Documents");
+    if (was !== "documents") documentsPage.show();
+  } else if (view === "chat" && was !== "chat" && conversationScroll !== null) {
+    conversation.scrollTop = conversationScroll;
   }
 }
 
+let routed = 0; // how many addresses this page has shown: the viewer's Back goes back to ours
+
 function route() {
+  routed += 1;
+  const passage = parseDocumentRoute(location.hash);
   if (MEMORY_ROUTE.test(location.hash)) {
     showView("memory");
+  } else if (DOCUMENTS_ROUTE.test(location.hash)) {
+    showView("documents");
+  } else if (passage) {
+    showView("document");
+    viewer.open(passage, { fromApp: routed > 1 });
   } else {
-    showView("chat");
     const match = CHAT_ROUTE.exec(location.hash);
+    const target = match ? match[1].toLowerCase() : null;
+    if (target !== chat.chatId) attachments.clear(); // another chat: its own composer
+    showView("chat");
     if (match) {
       const messageId = match[2]?.toLowerCase();
-      chat.open(match[1].toLowerCase(), { highlight: messageId, quote: messageId && quotes.get(messageId) });
+      chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId) });
     } else {
       chat.showDraft();
     }
   }
   if (narrow.matches) drawer.close();
 }
+
+// Files dropped onto the chat are attached to it; onto the Documents page, uploaded there.
+// Anywhere else a dropped file is refused, rather than opened in place of the app.
+const dropOverlay = document.getElementById("drop-overlay");
+const dropText = document.getElementById("drop-overlay-text");
+const hasFiles = (event) => Array.from(event.dataTransfer?.types || []).includes("Files");
+const dropTarget = () => (main.dataset.view === "chat" || main.dataset.view === "documents" ? main.dataset.view : null);
+let dragDepth = 0;
+function endDrag() {
+  dragDepth = 0;
+  dropOverlay.hidden = true;
+}
+main.addEventListener("dragenter", (event) => {
+  if (!hasFiles(event) || !dropTarget()) return;
+  event.preventDefault();
+  dragDepth += 1;
+  dropText.textContent = dropTarget() === "chat"
+    ? "Drop files to attach them to this chat"
+    : "Drop files to add them to your documents";
+  dropOverlay.hidden = false;
+});
+main.addEventListener("dragleave", () => {
+  dragDepth = Math.max(0, dragDepth - 1);
+  if (!dragDepth) dropOverlay.hidden = true;
+});
+window.addEventListener("dragover", (event) => {
+  if (!hasFiles(event)) return;
+  event.preventDefault();
+  event.dataTransfer.dropEffect = main.contains(event.target) && dropTarget() ? "copy" : "none";
+});
+window.addEventListener("drop", (event) => {
+  if (!hasFiles(event)) return;
+  event.preventDefault();
+  endDrag();
+  const files = [...event.dataTransfer.files];
+  if (!files.length || !main.contains(event.target)) return;
+  if (dropTarget() === "chat") attachments.add(files);
+  else if (dropTarget() === "documents") documentsPage.upload(files);
+});
+window.addEventListener("dragend", endDrag);
 
 function newChat() {
   if (location.hash) history.pushState(null, "", location.pathname);

@@ -2,6 +2,7 @@
 // replies are Markdown with their steps line, Sources list, the memories they used, status and
 // actions; while a reply streams, its Markdown is re-rendered at most once per animation frame.
 
+import { passageData, sourceHref } from "./documents.js";
 import { copyButton, el, icon } from "./dom.js";
 import { hostOf, isSafeUrl, renderMarkdown } from "./render.js";
 import { StepsView } from "./steps.js";
@@ -199,6 +200,10 @@ export class AssistantMessage {
     }
     const list = el("ol", { class: "sources-list" });
     for (const source of [...this.sources].sort((a, b) => a.n - b.n)) {
+      if (source.kind === "document") {
+        list.append(documentSource(source));
+        continue;
+      }
       const title = String(source.title || source.url || `Source ${source.n}`);
       const label = isSafeUrl(source.url)
         ? el("a", { href: source.url, target: "_blank", rel: "noopener noreferrer", class: "source-link", text: title })
@@ -284,6 +289,18 @@ export class AssistantMessage {
   dropRetry() {
     this.statusBox.querySelector(".retry-button")?.remove();
   }
+}
+
+/** A passage of one of the user's documents in the Sources list: opens the viewer on it. */
+function documentSource(source) {
+  const title = String(source.title || `Document ${source.n}`);
+  const href = sourceHref(source);
+  const dataset = { title, ...passageData(source) };
+  const label = href
+    ? el("a", { href, class: "source-link source-document", dataset, text: title })
+    : el("span", { class: "source-link source-document", text: title });
+  const where = typeof source.section === "string" && source.section ? source.section : "your document";
+  return el("li", { value: String(source.n) }, icon("file"), label, el("span", { class: "source-host", text: where }));
 }
 
 /** Total time of a saved reply: from the user's message to the saved reply. */

@@ -4,6 +4,7 @@
 
 import { Marked } from "/vendor/marked/marked.esm.js";
 import hljs from "/vendor/highlight.js/highlight.min.js";
+import { passageData, sourceHref } from "./documents.js";
 import { copyButton, el } from "./dom.js";
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
@@ -137,6 +138,7 @@ function linkCitations(root, sources) {
 
 export function citationLink(source) {
   const n = String(source.n);
+  if (source.kind === "document") return documentCitation(source, n);
   const title = String(source.title || source.url || `Source ${n}`);
   const props = {
     class: "cite",
@@ -146,6 +148,20 @@ export function citationLink(source) {
   };
   if (!isSafeUrl(source.url)) return el("span", { ...props, tabindex: "0" });
   return el("a", { ...props, href: source.url, target: "_blank", rel: "noopener noreferrer" });
+}
+
+/** A passage of one of the user's documents: a link to the viewer (this page, not a new tab),
+ *  carrying what the popover shows (file and page, the passage's first words). */
+function documentCitation(source, n) {
+  const title = String(source.title || `Document ${n}`);
+  const href = sourceHref(source);
+  const props = {
+    class: "cite cite-document",
+    dataset: { cite: n, title, url: href || "", ...passageData(source) },
+    "aria-label": `Source ${n}: ${title}`,
+    text: n,
+  };
+  return href ? el("a", { ...props, href }) : el("span", { ...props, tabindex: "0" });
 }
 
 /** "www.example.com/some/page" → "example.com", for compact source labels. */
