@@ -27,9 +27,11 @@ from rag.search_providers import SearchResult
 
 log = logging.getLogger("resolveai.documents")
 
-# Texts per embedding call, and how often progress is reported. bench/web_rank.py measured 8 as
-# the fastest batch for web chunks (similar lengths); a document's chunks are as long.
-EMBED_BATCH = 8
+# Texts per embedding call, and how often progress is reported (and a cancel noticed).
+# bench/documents.py on a 100-page PDF's chunks (2 runs, bench/RESULTS.md): chunks/s 8 → 5.9,
+# 16 → 8.5, 32 → 10.3, 64 → 12.1, all at once 12.5. 32 takes most of the gain (1.7× of 8) while a
+# call holds the shared embedder ~3 s, not ~5 s, so a chat's query embedding waits less behind it.
+EMBED_BATCH = 32
 NO_TEXT = "No text found in this file; scanned PDFs need OCR, which ResolveAI does not do yet."
 
 
