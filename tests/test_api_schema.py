@@ -32,6 +32,7 @@ from tests.test_server import SCRIPTED_SERVER, RunningServer
 
 EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "50"))
 SEED = int(os.environ.get("SCHEMATHESIS_SEED", "1"))
+CONFIG = PROJECT_ROOT / "tests" / "schemathesis.toml"  # per-operation exceptions, each explained
 MIN_CASES = 1000  # the run is only worth its minute if it tries this many
 STREAMING = {("post", "/api/messages"), ("post", "/api/chats/{chat_id}/messages"),
              ("post", "/api/chats/{chat_id}/messages/{message_id}/retry"),
@@ -101,7 +102,8 @@ def run_schemathesis(
     report = tmp_path / "schemathesis.json"
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json",
+        [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "run",
+         f"{server.url}/openapi.json",
          "--checks", "all", "--max-examples", str(examples), "--seed", str(SEED),
          "--workers", "2", "--generation-database", "none", "--request-timeout", "60",
          "--no-color", "--report", "json", "--report-json-path", str(report), *options],
