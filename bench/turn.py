@@ -588,12 +588,12 @@ class Bench:
         self.gc_pauses.install()
         self.probe.start()
         self.client = await ClientProcess.start()
-        from chat import memory_worker
+        from chat import queue_worker
         from server import create_app
 
         # Every job here is queued by this process, which wakes its worker at once: the periodic
         # look for other processes' jobs would only put stray exchanges into the phases' counts.
-        poll_seconds, memory_worker.POLL_SECONDS = memory_worker.POLL_SECONDS, 24 * 3600.0
+        poll_seconds, queue_worker.POLL_SECONDS = queue_worker.POLL_SECONDS, 24 * 3600.0
 
         try:
             app = create_app(services=self.services)
@@ -617,7 +617,7 @@ class Bench:
                     if options.local:
                         await self.local_phase(report, ours, options)
         finally:
-            memory_worker.POLL_SECONDS = poll_seconds
+            queue_worker.POLL_SECONDS = poll_seconds
             await self.client.close()
             await self.probe.stop()
             self.round_trips.uninstall()

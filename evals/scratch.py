@@ -52,4 +52,7 @@ async def forget_everything(pool: AsyncConnectionPool) -> None:
     async with pool.connection() as conn:
         # memory_jobs, turns and turn_events too: they reference messages (migrations 0004, 0006),
         # and TRUNCATE refuses to empty a table another one not in the list refers to.
-        await conn.execute("TRUNCATE memories, memory_jobs, turn_events, turns, messages, chats")
+        await conn.execute(
+            "TRUNCATE memories, memory_jobs, turn_events, turns, document_jobs, document_chunks,"
+            " documents, messages, chats"
+        )

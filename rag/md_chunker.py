@@ -438,7 +438,10 @@ def chunk_page(
 
 
 def _merge_small(
-    pieces: list[_Piece], fits: Callable[[_Piece], bool], counter: _Counter, keep_small: bool
+    pieces: list[_Piece],
+    fits: Callable[[_Piece], bool],
+    counter: _Counter,
+    keep_small: bool = False,
 ) -> list[_Piece]:
     """Merge pieces under MIN_PIECE_TOKENS into a neighbour (same section first); keep the ones
     that can't be merged only if they hold a digit (or always, with `keep_small`)."""
