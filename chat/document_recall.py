@@ -66,6 +66,8 @@ async def recall_documents(
     sources = [document_source(n, chunk) for n, chunk in enumerate(found, 1)]
     turn.document_sources.extend(sources)
     files = len({chunk.document_id for chunk in found})
-    step_event(turn, f"Found {len(found)} passages in {files} of your documents")
+    passages = "1 passage" if len(found) == 1 else f"{len(found)} passages"
+    documents = "1 of your documents" if files == 1 else f"{files} of your documents"
+    step_event(turn, f"Found {passages} in {documents}")
     send_event({"type": "sources", "sources": sources})
     return sources, [(s["n"], s["title"], [c.content]) for s, c in zip(sources, found, strict=True)]

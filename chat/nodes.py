@@ -31,6 +31,7 @@ from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
 from core.tracing import trace_metadata
+from rag.citations import CitationNormalizer
 
 log = logging.getLogger("resolveai.chat")
 
@@ -167,6 +168,8 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     started = time.monotonic()
     messages = list(state["messages"])
     markup = ToolCallStreamFilter(set(names) if tools else set())
+    # Document passages are numbered sources: their citations get the web answers' treatment.
+    citations = CitationNormalizer(len(turn.document_sources)) if turn.document_sources else None
     streamed = StreamedMessage()
     shown: list[str] = []
     # A slow model's progress ("Reading your message…") becomes steps; the provider reports it
@@ -183,6 +186,8 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
                 finish = choice.finish_reason or finish
                 streamed.add_tool_calls(choice.delta.tool_calls)
                 text = markup.feed(choice.delta.content or "")
+                if citations and text:
+                    text = citations.feed(text)
                 if trim and text:
                     text = text.lstrip()
                     trim = not text
@@ -202,6 +207,8 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     finally:
         progress_listener.reset(listener)
     rest, written_calls = markup.finish()
+    if citations:
+        rest = citations.feed(rest) + citations.finish()
     if rest:
         shown.append(rest)
         reply, separator = _show(reply, separator, rest)

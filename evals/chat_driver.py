@@ -36,13 +36,17 @@ class Exchange:
 
 
 async def ask(
-    services: Services, content: str, chat_id: uuid.UUID | None = None, use_web: bool = False
+    services: Services,
+    content: str,
+    chat_id: uuid.UUID | None = None,
+    use_web: bool = False,
+    user_id: uuid.UUID = LOCAL_USER_ID,
 ) -> Exchange:
     """One user message and its whole reply. The summary fold it may start (after the reply, in
     the background) is waited for, not timed: the next message then finds the chat as it would
     after a pause, and a fold on the local model does not slow the next reply's figures."""
     started = time.perf_counter()
-    turn = await start_turn(services, chat_id, content, use_web, user_id=LOCAL_USER_ID)
+    turn = await start_turn(services, chat_id, content, use_web, user_id=user_id)
     tool_calls: list[dict[str, Any]] = []
     message_id: str | None = None
     error: str | None = None

@@ -14,6 +14,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.documents_qa",
         "the SQuAD pages uploaded as documents (Markdown, PDF): where each answer's passage ranks",
     ),
+    "documents-answers": (
+        "evals.documents_answers",
+        "SQuAD questions answered from the pages uploaded as documents: correct, cited",
+    ),
     "evidence-check": (
         "evals.evidence_check",
         "the utility model's 'enough evidence?' verdict on answerable and unanswerable questions",

@@ -79,11 +79,16 @@ async def ingest_document(
     pieces = await asyncio.to_thread(document_chunks, converted, filename, embedder)
     if not pieces:
         raise DocumentRejected(NO_TEXT)
-    vectors: list[Any] = []
+    # Shortest first: a batch is padded to its longest text, so texts of like length batch
+    # together, as one call of all the texts would sort them (sentence-transformers does).
+    order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].content))
+    vectors: list[Any] = [None] * len(pieces)
     for start in range(0, len(pieces), EMBED_BATCH):
         await progress("embedding", start, len(pieces))
-        batch = pieces[start : start + EMBED_BATCH]
-        vectors.extend(await embedder.embed_documents([p.content for p in batch]))
+        batch = order[start : start + EMBED_BATCH]
+        found = await embedder.embed_documents([pieces[i].content for i in batch])
+        for i, vector in zip(batch, found, strict=True):
+            vectors[i] = vector
     chunks = [
         StoredChunk(p.page, p.heading, p.content, vector)
         for p, vector in zip(pieces, vectors, strict=True)

@@ -1,8 +1,9 @@
-"""The model suites `evidence-check`, `web-answers` and `memory-extraction` end to end on the
-scripted model: the real chunker, ranker, embedder, router, chat graph, memory worker and store and
-`pages` search provider, over tiny invented data files (SQuAD's pages format: two pages, one
-answerable and one unanswerable question; LoCoMo's format: a two-session conversation), so the
-expected scores follow from what the scripted model is made to say.
+"""The model suites `evidence-check`, `web-answers`, `documents-answers` and `memory-extraction` end
+to end on the scripted model: the real chunker, ranker, embedder, router, chat graph, memory worker
+and store, document pipeline and `pages` search provider, over tiny invented data files (SQuAD's
+pages format: two pages, one answerable and one unanswerable question; LoCoMo's format: a
+two-session conversation), so the expected scores follow from what the scripted model is made to
+say.
 
 The scripted queue is consumed in call order: for evidence-check one `utility` verdict per question
 (answerable first); for web-answers the chat model's search, the verdict, the answer, and so on.
@@ -33,7 +34,7 @@ from core.grounding import find_quote
 from core.llm_router import ModelPlan, plan_models
 from core.prompts import memory_extraction_request
 from core.services import Services
-from evals import evidence_check, memory_extraction, report, web_answers
+from evals import documents_answers, evidence_check, memory_extraction, report, web_answers
 from evals.__main__ import main as evals_main
 from evals.datasets import load_locomo, load_squad
 from rag.search_providers import PagesProvider
@@ -247,6 +248,37 @@ async def test_web_answers_with_a_judge(
     assert results["by_group"]["all"]["judge_unusable"] == 1
     assert results["correctness"] == "LLM judge (scripted/judge)"
     assert report.models["judge"] == "scripted/judge"
+
+
+# --- documents-answers -------------------------------------------------------------------------
+
+
+async def test_documents_answers_scores_the_reply_and_its_cited_passages(
+    chat_services: Services, model: ScriptedProvider, data_file: Path
+) -> None:
+    model.push(
+        # answerable: the passage holding 1951 is a source; the reply cites it and a source
+        # number that does not exist (the citation filter drops it)
+        {"text": "The Zorblax festival started in 1951 [1][7]."},
+        {"text": "I couldn't find who founded the Quentaro lighthouse."},
+    )
+    report = await documents_answers.evaluate(chat_services, options(data_file))
+    assert model.remaining == 0
+    prompt = model.calls[0]["messages"][-1]["content"]
+    assert "<documents>" in prompt and "started in 1951" in prompt
+    results = report.results
+    first, second = results["answers"]
+    assert first["reply"] == "The Zorblax festival started in 1951 [1]."
+    assert first["sources"][0].startswith("1. Zorblax festival.md")
+    assert first["cited"] == first["cited_with_answer_span"] == first["cited_with_answer_text"]
+    assert first["cited"] == [1]
+    answerable = results["by_group"]["answerable"]
+    assert answerable["correct"] == answerable["cited"] == 1.0
+    assert answerable["citation_precision_span"] == 1.0
+    unanswerable = results["by_group"]["unanswerable"]
+    assert unanswerable["correct"] == unanswerable["dont_know"] == 1.0
+    assert results["found"] == 1.0
+    assert "| answerable | 1 | 1.000 | 1.000 |" in report.markdown()
 
 
 # --- memory-extraction -------------------------------------------------------------------------
