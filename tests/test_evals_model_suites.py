@@ -268,6 +268,7 @@ async def test_documents_answers_scores_the_reply_and_its_cited_passages(
     assert "<documents>" in prompt and "started in 1951" in prompt
     results = report.results
     first, second = results["answers"]
+    assert second["cited"] == [] and second["dont_know"]
     assert first["reply"] == "The Zorblax festival started in 1951 [1]."
     assert first["sources"][0].startswith("1. Zorblax festival.md")
     assert first["cited"] == first["cited_with_answer_span"] == first["cited_with_answer_text"]
