@@ -39,7 +39,14 @@ from fastapi.encoders import jsonable_encoder
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from core import chatgpt_import, document_store, memory_store
 from core.chat_store import DEFAULT_TITLE, STATUSES
@@ -118,6 +125,19 @@ class MemoryRecord(_Record):
     superseded_by: uuid.UUID | None = None
     created_at: AwareDatetime
     updated_at: AwareDatetime
+
+    @field_validator("content")
+    @classmethod
+    def _one_short_fact(cls, content: str) -> str:
+        # As the store keeps it: runs of whitespace made one space; blank is no fact.
+        return memory_store.normalize_memory(content)
+
+    @field_validator("quote")
+    @classmethod
+    def _not_blank(cls, quote: str) -> str:
+        if not quote.strip():
+            raise ValueError("the quote is blank")
+        return quote
 
 
 class ExportFile(_Record):

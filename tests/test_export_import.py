@@ -516,6 +516,13 @@ def _inconsistent_export() -> bytes:
     return json.dumps({"format": "resolveai-export", "version": 1, "chats": chats}).encode()
 
 
+def _export_with_memory(content: str) -> bytes:
+    at = "2026-01-02T03:04:05+00:00"
+    memory = {"memory_id": str(uuid.uuid4()), "content": content, "quote": "I said so",
+              "valid_from": at, "created_at": at, "updated_at": at}  # fmt: skip
+    return json.dumps({"format": "resolveai-export", "version": 1, "memories": [memory]}).encode()
+
+
 FIXTURE_BYTES = FIXTURE.read_bytes()
 BAD_FILES = {
     "not JSON": (b"Hello, this is my chat history.", 422, "not valid JSON"),
@@ -536,6 +543,7 @@ BAD_FILES = {
         "chats.0.chat_id",
     ),
     "a loop of parents": (_inconsistent_export(), 422, "loop"),
+    "a blank memory": (_export_with_memory("   "), 422, "memories.0.content"),
     "a ResolveAI file read as ChatGPT": (
         b'{"format": "resolveai-export", "version": 1}',
         422,
