@@ -535,6 +535,7 @@ BAD_FILES = {
         422,
         "NUL character",
     ),
+    "a lone surrogate": (FIXTURE_BYTES.replace(b"Haiku", b"Hai\\ud800ku", 1), 422, "surrogate"),
     "not UTF-8": ('[{"mapping": {}, "title": "caf\u00e9"}]'.encode("latin-1"), 415, "UTF-8"),
     "a wrong version": (b'{"format": "resolveai-export", "version": 9}', 422, "version 9"),
     "a bad field": (
