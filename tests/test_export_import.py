@@ -11,9 +11,11 @@ written. One chat exports as Markdown (the branch shown, with sources) or JSON.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import uuid
+import zipfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -621,3 +623,26 @@ async def test_a_file_over_the_cap_is_refused_with_413(
     response = await import_file(frank, json.dumps(one).encode(), "conversations.json")
     assert response.status_code == 200, response.text
     assert (await counts(pool, frank.user_id))["messages"] == before["messages"] + 2
+
+
+async def test_a_chatgpt_zip_imports_its_conversations_json(
+    users: Any, chat_services: Services
+) -> None:
+    grace = await users()
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("chat.html", "<html></html>")
+        archive.writestr("conversations.json", FIXTURE_BYTES)
+    response = await import_file(grace, packed.getvalue(), "chatgpt-export.zip")
+    assert response.status_code == 200, response.text
+    assert response.json()["format"] == "chatgpt"
+    assert response.json()["chats"] == {"imported": 3, "skipped": 0}
+
+    before = await counts(chat_services.database.pool, grace.user_id)
+    other = io.BytesIO()
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("photos/cat.json", "[]")
+    response = await import_file(grace, other.getvalue(), "photos.zip")
+    assert response.status_code == 422, response.text
+    assert "no conversations.json" in response.json()["error"]
+    assert await counts(chat_services.database.pool, grace.user_id) == before
