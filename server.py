@@ -37,6 +37,7 @@ from chat.auth_routes import public_router as auth_public_router
 from chat.auth_routes import router as auth_router
 from chat.document_routes import router as document_router
 from chat.document_worker import DocumentWorker
+from chat.export_routes import router as export_router
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
@@ -202,6 +203,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(chat_router, **signed_in)
     app.include_router(memory_router, **signed_in)
     app.include_router(document_router, **signed_in)
+    app.include_router(export_router, **signed_in)
     add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
-from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
@@ -22,13 +21,11 @@ from chat.auth import user_of
 from core import memory_store
 from core.api_schema import NON_BLANK_TEXT
 from core.http_errors import errors
+from core.memory_store import public_memory
 from core.preferences import get_preferences, set_preferences
 from core.services import Services
 
 router = APIRouter(prefix="/api")
-
-MEMORY_FIELDS = ("memory_id", "content", "quote", "message_id", "chat_id", "valid_from", "valid_to",
-                 "superseded_by", "created_at", "updated_at")  # fmt: skip
 
 
 class MemoryEdit(BaseModel):
@@ -64,11 +61,6 @@ def _services(request: Request) -> Services:
     return request.app.state.services
 
 
-def public_memory(row: dict[str, Any]) -> dict[str, Any]:
-    named = {**row, "message_id": row["source_message_id"], "chat_id": row["source_chat_id"]}
-    return jsonable_encoder({name: named[name] for name in MEMORY_FIELDS})
-
-
 @router.get("/memories")
 async def list_memories(
     request: Request,
@@ -94,13 +86,10 @@ async def list_memories(
 async def export_memories(request: Request) -> JSONResponse:
     """Every memory, superseded ones included, as one JSON file."""
     pool = _services(request).database.pool
-    rows, _ = await memory_store.list_memories(
-        pool, user_of(request).user_id, limit=1_000_000, include_superseded=True
-    )
     return JSONResponse(
         {
             "exported_at": datetime.now(UTC).isoformat(),
-            "memories": [public_memory(row) for row in rows],
+            "memories": await memory_store.export_memories(pool, user_of(request).user_id),
         },
         headers={"Content-Disposition": 'attachment; filename="resolveai-memories.json"'},
     )

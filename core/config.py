@@ -75,6 +75,8 @@ class Settings(BaseSettings):
 
     # Documents: the largest file accepted for upload, in bytes (20 MiB).
     document_max_bytes: int = Field(20 * 1024 * 1024, ge=1024)
+    # Import (POST /api/import): the largest file accepted, in bytes (50 MiB).
+    import_max_bytes: int = Field(50 * 1024 * 1024, ge=1024)
 
     # Database: unset means an embedded Postgres in $APP_DATA_DIR/pg.
     database_url: str | None = None

@@ -18,8 +18,10 @@ requests to the server (it cannot read the answers): a browser says where they c
 same-origin` or `none`, and requests with neither header (curl, scripts: not a browser, so no
 site's page). Reading stays open to all of those: without CORS headers no other site can read.
 
-**Body cap** (413): MAX_REQUEST_BYTES, checked on Content-Length before reading and while reading
-a chunked body; the body is then handed to the app whole (every route reads its body whole).
+**Body cap** (413): MAX_REQUEST_BYTES (a document upload: DOCUMENT_MAX_BYTES, an import:
+IMPORT_MAX_BYTES, each with room for the multipart framing), checked on Content-Length before
+reading and while reading a chunked body; the body is then handed to the app whole (every route
+reads its body whole).
 
 **Storable text** (422): Postgres's text cannot hold a NUL character, and UTF-8 cannot encode a
 lone surrogate (`"\\ud800"` is valid JSON). Both are refused in the path, the query string and
@@ -86,6 +88,8 @@ def _is_ip(name: str) -> bool:
 # Uploads (chat/document_routes.py) have their own cap: DOCUMENT_MAX_BYTES and the framing.
 UPLOAD_PATH = "/api/documents"
 UPLOAD_FRAMING_BYTES = 64 * 1024
+# Imports (chat/export_routes.py) too: IMPORT_MAX_BYTES and the same framing.
+IMPORT_PATH = "/api/import"
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class HttpPolicy:
     public_origin: tuple[str, str, int] | None
     max_request_bytes: int
     max_upload_bytes: int  # a document upload's body (its file, plus the multipart framing)
+    max_import_bytes: int = 0  # an import's body (likewise)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpPolicy:
@@ -130,6 +135,7 @@ class HttpPolicy:
             public_origin=public,
             max_request_bytes=settings.max_request_bytes,
             max_upload_bytes=settings.document_max_bytes + UPLOAD_FRAMING_BYTES,
+            max_import_bytes=settings.import_max_bytes + UPLOAD_FRAMING_BYTES,
         )
 
     def host_allowed(self, host: str) -> bool:
@@ -261,6 +267,8 @@ class BodyGuard:
         policy = _policy(scope)
         if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:
             limit, setting = policy.max_upload_bytes, "DOCUMENT_MAX_BYTES"
+        elif scope["method"] == "POST" and scope["path"] == IMPORT_PATH:
+            limit, setting = policy.max_import_bytes, "IMPORT_MAX_BYTES"
         else:
             limit, setting = policy.max_request_bytes, "MAX_REQUEST_BYTES"
         size = readable_size(limit)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import psycopg
+from fastapi.encoders import jsonable_encoder
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -62,6 +63,8 @@ REEMBED_LOCK_KEY = 0x5265736F6C76654D
 # processes saving the same fact at once would both find nothing and both insert without it.
 SAVE_LOCK_KEY = 0x5265736F6C766553
 
+PUBLIC_MEMORY_FIELDS = ("memory_id", "content", "quote", "message_id", "chat_id", "valid_from",
+                        "valid_to", "superseded_by", "created_at", "updated_at")  # fmt: skip
 MEMORY_COLUMNS = (
     "memory_id, content, quote, embed_model, source_chat_id, source_message_id, valid_from,"
     " valid_to, superseded_by, created_at, updated_at"
@@ -387,6 +390,21 @@ async def list_memories(
             total = await cur.fetchone()
         await conn.commit()
     return rows, int(total["n"]) if total else 0
+
+
+def public_memory(row: dict[str, Any]) -> dict[str, Any]:
+    """A memory as the API and the exports show it (JSON-ready): its evidence as `message_id`
+    and `chat_id`, no vector."""
+    named = {**row, "message_id": row["source_message_id"], "chat_id": row["source_chat_id"]}
+    return jsonable_encoder({name: named[name] for name in PUBLIC_MEMORY_FIELDS})
+
+
+async def export_memories(pool: AsyncConnectionPool, user_id: uuid.UUID) -> list[dict[str, Any]]:
+    """Every memory of the user's, superseded ones included, newest first, as `public_memory`
+    shows them: what `GET /api/memories/export` and the full export (core/data_transfer.py)
+    write."""
+    rows, _ = await list_memories(pool, user_id, limit=1_000_000, include_superseded=True)
+    return [public_memory(row) for row in rows]
 
 
 async def delete_memory(

@@ -189,6 +189,25 @@ export async function uploadDocument(file, chatId = null) {
 }
 
 /**
+ * Import a file (multipart `file`): a ResolveAI export or a ChatGPT conversations.json / .zip.
+ * The answer says what was imported and skipped (static/js/data-transfer.js shows it).
+ */
+export async function importData(file) {
+  if (mustWait("POST")) await sessionPending.catch(() => null);
+  const form = new FormData();
+  form.append("file", file, file.name);
+  let response;
+  try {
+    response = await fetch("/api/import", { method: "POST", headers: withCsrf("POST", {}), body: form });
+  } catch {
+    throw new ApiError("Cannot reach the server. Check that it is running.");
+  }
+  if (response.status === 401) return toSignIn();
+  if (!response.ok) throw await errorOf(response);
+  return response.json();
+}
+
+/**
  * Send a message and return the streaming Response (text/event-stream). No `chatId` starts a new
  * chat; `temporary` makes that chat one that neither reads nor writes memory. The reply is written
  * to its end whether or not this stream is read (Stop is `api.stop`); aborting `signal` only stops

@@ -7,6 +7,7 @@ import { setupAccount } from "./account.js";
 import { api, loadSession } from "./api.js";
 import { createAttachments } from "./attachments.js";
 import { createChat } from "./chat.js";
+import { setupDataTransfer } from "./data-transfer.js";
 import { setupCitationPopover } from "./citations.js";
 import { createComposer } from "./composer.js";
 import { setupSummaryDialog } from "./dialogs.js";
@@ -80,6 +81,12 @@ memoryPage = createMemoryPage({
 });
 
 documentsPage = createDocumentsPage();
+setupDataTransfer({
+  onImported: (result) => {
+    sidebar.load();
+    if (result.chat_ids.length === 1) location.hash = `#/chat/${result.chat_ids[0]}`;
+  },
+});
 const viewer = createViewer({ onTitle: (title) => setPageTitle(title) });
 
 function setPageTitle(title) {
