@@ -323,8 +323,9 @@ async def calculator(expression: str, config: RunnableConfig) -> str:
     except CalculatorError as error:
         log.info("Calculator: refused %s: %s (chat %s)", _quote(expression), error,
                  turn.chat_id.hex[:8])  # fmt: skip
-        return _dumps({"expression": expression, "error": str(error)})
-    return _dumps({"expression": expression, "result": format_number(value)})
+        # The model's own words come back (quoted in the reason too): data, like all its output.
+        return _dumps({"expression": untrusted(expression), "error": untrusted(str(error))})
+    return _dumps({"expression": untrusted(expression), "result": format_number(value)})
 
 
 class CurrentDatetimeInput(BaseModel):
@@ -356,8 +357,8 @@ async def current_datetime(time_zone: str | None, config: RunnableConfig) -> str
     }
     if time_zone is None:
         result["whose"] = "the user's time zone"
-    if local.note:
-        result["note"] = local.note
+    if local.note:  # may quote the zone the model (or the browser) gave
+        result["note"] = untrusted(local.note)
     return _dumps(result)
 
 

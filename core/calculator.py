@@ -235,16 +235,16 @@ class _Walker:
             bits = exponent * math.log2(abs(base))
             if bits > self.max_bits + 1e-9:
                 raise CalculatorError(self._too_large())
-        if isinstance(base, float) or isinstance(exponent, float):
-            if base < 0 and not float(exponent).is_integer():
-                raise CalculatorError("a negative number to a fractional power is not real")
+        fractional = isinstance(exponent, float) and not exponent.is_integer()
+        if base < 0 and fractional:  # Python would answer with a complex number
+            raise CalculatorError("a negative number to a fractional power is not real")
         return operator.pow(base, exponent)
 
     def _check_product(self, left: Number, right: Number) -> None:
-        if isinstance(left, int) and isinstance(right, int):
-            # A product has at least this many bits, less one.
-            if left.bit_length() + right.bit_length() - 1 > self.max_bits + 1:
-                raise CalculatorError(self._too_large())
+        # A product of integers is at least 2 ** (the sum of their bit lengths - 2).
+        both = isinstance(left, int) and isinstance(right, int)
+        if both and left.bit_length() + right.bit_length() - 2 > self.max_bits:
+            raise CalculatorError(self._too_large())
 
     def _checked(self, value: Any) -> Number:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -252,7 +252,9 @@ class _Walker:
         if isinstance(value, int) and abs(value) > self.largest:
             raise CalculatorError(self._too_large())
         if isinstance(value, float) and not math.isfinite(value):
-            raise CalculatorError("the result is too large" if math.isinf(value) else "not a number")
+            raise CalculatorError(
+                "the result is too large" if math.isinf(value) else "not a number"
+            )
         return value
 
     def _too_large(self) -> str:

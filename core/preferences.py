@@ -29,7 +29,9 @@ async def get_preferences(db: Db, user_id: uuid.UUID) -> dict[str, Any]:
         (user_id, list(DEFAULTS)),
     )
     stored = {row["name"]: row["value"] for row in rows}
-    return {name: _or_default(stored.get(name, default), default) for name, default in DEFAULTS.items()}
+    return {
+        name: _or_default(stored.get(name, default), default) for name, default in DEFAULTS.items()
+    }
 
 
 def _or_default(value: Any, default: Any) -> Any:

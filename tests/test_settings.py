@@ -150,7 +150,10 @@ async def test_system_settings_say_what_the_server_runs_on(
     assert info["database"]["kind"] == "embedded"
     assert info["database"]["description"] == chat_services.database.description
     assert info["embedder"]["model"] == chat_services.embedder.model_name
-    assert info["web_search"] == {"available": False, "status": chat_services.features["web_search"]}
+    assert info["web_search"] == {
+        "available": False,
+        "status": chat_services.features["web_search"],
+    }
     assert info["tracing"]["on"] is False
     assert info["chat_model_tools"] is True
     assert [t["name"] for t in info["tools"]] == [t.name for t in TOOLS]
@@ -208,13 +211,18 @@ async def test_current_datetime_in_the_users_zone_or_utc_with_a_note(
     assert mine["time_zone"] == "Asia/Tokyo" and mine["utc_offset"] == "+09:00"
     assert mine["whose"] == "the user's time zone" and "note" not in mine
     tokyo_now = now_in("Asia/Tokyo", before).now
-    assert mine["date"] in {tokyo_now.date().isoformat(), now_in("Asia/Tokyo").now.date().isoformat()}
+    assert mine["date"] in {
+        tokyo_now.date().isoformat(),
+        now_in("Asia/Tokyo").now.date().isoformat(),
+    }
     assert mine["weekday"] == datetime.fromisoformat(mine["date"]).strftime("%A")
     assert new_york["time_zone"] == "America/New_York" and new_york["utc_offset"] in {
         "-05:00",
         "-04:00",
     }
-    assert atlantis["time_zone"] == "UTC" and "'Atlantis/Capital' is not a known" in atlantis["note"]
+    assert (
+        atlantis["time_zone"] == "UTC" and "'Atlantis/Capital' is not a known" in atlantis["note"]
+    )
 
     # A zone stored that this server does not know (written around the API's check): UTC, noted.
     await set_preferences(chat_services.database.pool, LOCAL_USER_ID, time_zone="Mars/Olympus")
@@ -249,7 +257,9 @@ async def test_a_tool_switched_off_is_neither_offered_nor_run(
 async def test_web_search_switched_off_is_off_for_the_user_only(
     chat_services: Services, model, tmp_path: Path
 ) -> None:
-    (tmp_path / "tram.md").write_text("---\ntitle: Tram\nurl: https://example.org/t\n---\n\nTram 28.\n")
+    (tmp_path / "tram.md").write_text(
+        "---\ntitle: Tram\nurl: https://example.org/t\n---\n\nTram 28.\n"
+    )
     services = dataclasses.replace(chat_services, search_provider=PagesProvider(tmp_path))
     async with serve(services) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         assert (await client.get("/api/config")).json()["web_search"]["available"] is True
