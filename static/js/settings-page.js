@@ -87,7 +87,8 @@ export function createSettingsPage({ onMemoryPausedChange, onUseWebDefault }) {
         const input = el("input", { type: "checkbox", role: "switch", dataset: { tool: tool.name } });
         input.checked = !off.has(tool.name);
         input.addEventListener("change", () => saveTools());
-        const why = tool.reason ? ` Not offered on this server: ${tool.reason}.` : "";
+        // No tools at all is said once, above the list; a reason of one tool's own, under it.
+        const why = tool.reason && info.chat_model_tools ? ` Not offered on this server: ${tool.reason}.` : "";
         return el(
           "li",
           { class: "settings-tool", dataset: { tool: tool.name } },
