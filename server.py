@@ -41,6 +41,7 @@ from chat.export_routes import router as export_router
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
+from chat.settings_routes import router as settings_router
 from chat.turn_jobs import TurnJobs
 from chat.turn_recovery import recover_abandoned_turns
 from chat.warm_up import warm_local_model
@@ -204,6 +205,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(memory_router, **signed_in)
     app.include_router(document_router, **signed_in)
     app.include_router(export_router, **signed_in)
+    app.include_router(settings_router, **signed_in)
     add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)

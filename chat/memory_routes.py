@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from chat.auth import user_of
+from chat.tools import TOOLS_BY_NAME
 from core import memory_store
 from core.api_schema import NON_BLANK_TEXT
+from core.clock import MAX_ZONE_CHARS, known_time_zone
 from core.http_errors import errors
 from core.memory_store import public_memory
 from core.preferences import get_preferences, set_preferences
@@ -51,10 +53,42 @@ class MemoryEdit(BaseModel):
         return self
 
 
-class SettingsEdit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# The names of the tools a user may switch off (chat/tools.py lists them): an enum in the schema.
+ToolName = Literal[tuple(TOOLS_BY_NAME)]  # type: ignore[valid-type]
 
-    memory_paused: StrictBool
+
+class SettingsEdit(BaseModel):
+    """Any of the user's preferences (core/preferences.py); those left out keep their value."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    # Each optional, none nullable: the defaults (never validated) only mark "left out".
+    memory_paused: StrictBool = None  # type: ignore[assignment]
+    theme: Literal["system", "light", "dark"] = None  # type: ignore[assignment]
+    use_web_default: StrictBool = None  # type: ignore[assignment]
+    # The whole list of the tools switched off (not a change to it): what the Settings page shows.
+    disabled_tools: list[ToolName] = Field(None, max_length=len(TOOLS_BY_NAME))  # type: ignore[assignment]
+    # The browser's IANA zone (Intl.DateTimeFormat().resolvedOptions().timeZone).
+    time_zone: str = Field(None, min_length=1, max_length=MAX_ZONE_CHARS)  # type: ignore[assignment]
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        if not known_time_zone(value):
+            raise ValueError(f"{value!r} is not a time zone this server knows (IANA names only)")
+        return value
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> SettingsEdit:
+        if not self.model_fields_set:
+            raise ValueError("give at least one setting to change")
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        changes = self.model_dump(include=self.model_fields_set)
+        if "disabled_tools" in changes:  # in TOOLS' order, once each
+            changes["disabled_tools"] = [t for t in TOOLS_BY_NAME if t in changes["disabled_tools"]]
+        return changes
 
 
 def _services(request: Request) -> Services:
@@ -157,11 +191,13 @@ async def forget_everything(
 
 @router.get("/settings")
 async def get_settings(request: Request) -> dict[str, Any]:
+    """The user's preferences (what the server runs on: GET /api/settings/system)."""
     return await get_preferences(_services(request).database.pool, user_of(request).user_id)
 
 
 @router.patch("/settings")
 async def edit_settings(request: Request, body: SettingsEdit) -> dict[str, Any]:
+    """Change the preferences given (at least one); answers them all."""
     return await set_preferences(
-        _services(request).database.pool, user_of(request).user_id, **body.model_dump()
+        _services(request).database.pool, user_of(request).user_id, **body.changes()
     )

@@ -141,9 +141,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     turn = turn_of(config)
     calls = state.get("model_calls", 0) + 1
     with_tools = turn.services.model_plan.capability("chat", "tools")
-    names = available_tool_names(
-        turn.services, memory_tools=turn.memory == "tools", documents=turn.has_documents
-    )
+    names = offered_tool_names(turn)
     wants_search = "web_search" in names and state.get("use_web") and not turn.searches
     if wants_search and not with_tools:
         log.info("Chat %s: searching the web for the message itself", short_id(turn.chat_id))
@@ -363,11 +361,24 @@ def route_after_model(state: ChatState) -> str:
 
 # --- tools ---------------------------------------------------------------------------------------
 
+
+def offered_tool_names(turn: TurnContext) -> list[str]:
+    """The tools this turn may offer the model (and so run)."""
+    return available_tool_names(
+        turn.services,
+        memory_tools=turn.memory == "tools",
+        documents=turn.has_documents,
+        off=turn.tools_off,
+    )
+
+
 STEP_TEXT = {
     "retrieve_memory": "Looking up what I know about you",
     "save_memory": "Saving to memory: {content}",
     "search_documents": "Searching your documents: {query}",
     "web_search": None,  # reports its own steps, round by round
+    "calculator": "Calculating {expression}",
+    "current_datetime": "Checking the date and time",
 }
 
 
@@ -421,7 +432,12 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
         args = {}
         failure: str | None = f"the arguments are not valid JSON ({error})"
     else:
-        failure = None if name in TOOLS_BY_NAME else f"there is no tool called {name!r}"
+        failure = (
+            None if name in offered_tool_names(turn)
+            else f"there is no tool called {name!r}" if name not in TOOLS_BY_NAME
+            # Not offered (switched off, no documents…): a model naming it anyway runs nothing.
+            else f"the tool {name!r} is not available in this chat"
+        )  # fmt: skip
     if STEP_TEXT.get(name, "") is not None:
         step_event(turn, _step_text(name, args), tool=name)
     writer({"type": "tool_start", "id": call["id"], "name": name, "args": args})

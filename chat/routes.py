@@ -36,7 +36,7 @@ from chat.turn_jobs import TurnJobs, follow_turn, request_stop
 from core import accounts, chat_store, memory_store, turn_store
 from core.api_schema import NON_BLANK_TEXT, event_stream_route
 from core.http_errors import errors
-from core.preferences import memory_paused
+from core.preferences import get_preferences
 from core.services import Services
 
 router = APIRouter(prefix="/api")
@@ -201,14 +201,15 @@ async def client_config(request: Request) -> dict[str, Any]:
     """What the browser needs to know: limits, and whether web search can be offered (and if not,
     why, so the "Use web tool" box can say so)."""
     services = services_of(request)
+    preferences = await get_preferences(services.database.pool, user_of(request).user_id)
     available = services.search_provider is not None
+    reason = None if available else services.features["web_search"]
+    if available and "web_search" in preferences["disabled_tools"]:
+        available, reason = False, "off (you switched it off in Settings)"
     return {
         "max_message_chars": MAX_MESSAGE_CHARS,
-        "memory": {"paused": await memory_paused(services.database.pool, user_of(request).user_id)},
-        "web_search": {
-            "available": available,
-            "reason": None if available else services.features["web_search"],
-        },
+        "memory": {"paused": preferences["memory_paused"]},
+        "web_search": {"available": available, "reason": reason},
     }
 
 

@@ -27,6 +27,7 @@ from chat.state import TurnContext
 from chat.steps import short_id
 from chat.turn_recovery import recover_turn
 from core import chat_store
+from core.preferences import get_preferences
 from core.redact import redact
 from core.services import Services
 
@@ -96,6 +97,8 @@ async def start_turn(
     new_chat = None
     continues = None
     lease = services.settings.chat_lease_seconds  # renewed by chat/turn_jobs.py
+    # Read before the chat is claimed: a failure here leaves no claim to give back.
+    preferences = await get_preferences(pool, user_id)
     if chat_id is None:
         # Chat, claim and first message in one statement: nothing is left half-made if the
         # database refuses the message.
@@ -151,8 +154,13 @@ async def start_turn(
         steps=list(continues["steps"]) if continues else [],
         memory=memory,
         has_documents=claimed["has_documents"],
+        time_zone=preferences["time_zone"],
+        tools_off=frozenset(preferences["disabled_tools"]),
         wake_memory=wake_memory or (lambda: None),
     )
+    # Web search switched off in Settings: a ticked "Use web tool" (or a message first sent with it,
+    # answered again) does not ask the model for a tool it is not offered.
+    use_web = use_web and "web_search" not in context.tools_off
     return Turn(context, run_id, content, use_web, new_chat)
 
 

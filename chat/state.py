@@ -47,6 +47,10 @@ class TurnContext:
     # The passages of the user's documents this reply may cite, numbered: found for the message,
     # then by the search_documents tool (saved as the reply's sources).
     document_sources: list[dict[str, Any]] = field(default_factory=list)
+    # The user's settings for this turn: their browser's time zone (None: not known, UTC is used)
+    # and the tools they switched off (never offered, never run).
+    time_zone: str | None = None
+    tools_off: frozenset[str] = frozenset()
     # What build_prompt read: "unsummarised", the messages its summary does not cover.
     seen: dict[str, int] = field(default_factory=dict)
     # The memories recalled or retrieved for the reply, in order (saved with it).

@@ -1,5 +1,6 @@
-"""The tools the chat model can call: remembering facts about the user, looking them up, and
-searching the web (the search itself lives in rag/web_rag.py).
+"""The tools the chat model can call: remembering facts about the user, looking them up, searching
+the user's documents and the web (the search itself lives in rag/web_rag.py), a calculator
+(core/calculator.py) and the current date and time in the user's time zone.
 
 Each tool is a LangChain tool with a pydantic input schema. Its `config: RunnableConfig` parameter
 is filled in by LangChain when the graph invokes it (never by the model, so it is not in the
@@ -7,16 +8,19 @@ schema); `turn_of(config)` gives the turn's services and chat ids. Tools return 
 string for the model and raise on bad input (the graph's tools node turns that into an error
 payload). Every read and write logs one plain line to the "resolveai.memory" logger.
 
-`TOOLS` lists them; `tool_schemas()` gives their OpenAI function schemas for binding to a model.
+`TOOLS` lists them, the one place that does (`SUMMARIES`: what each is for, as the Settings page
+says it; a user can switch each off there); `tool_schemas()` gives their OpenAI function schemas
+for binding to a model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -30,6 +34,8 @@ from chat.memory_recall import about_the_past, note_memories
 from chat.state import turn_of
 from chat.steps import step_event
 from core import memory_store
+from core.calculator import CalculatorError, evaluate, format_number
+from core.clock import MAX_ZONE_CHARS, now_in, utc_offset
 from core.memory_search import RetrievedMemory, retrieve_memories
 from core.prompt_blocks import untrusted
 from core.tracing import trace_metadata
@@ -290,7 +296,90 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
     return result.answer, {"final_answer": True, "answer": result.answer, "sources": result.sources}
 
 
-TOOLS: list[BaseTool] = [save_memory, retrieve_memory, search_documents, web_search]
+class CalculatorInput(BaseModel):
+    expression: str = Field(
+        min_length=1,
+        max_length=500,
+        description=(
+            "An arithmetic expression, e.g. '(17.5 * 3) / 4', '2 ** 32', 'sqrt(2) * pi',"
+            " 'factorial(20)', 'log(1000, 10)', '15 % 4'."
+        ),
+    )
+
+
+@tool("calculator", args_schema=CalculatorInput)
+async def calculator(expression: str, config: RunnableConfig) -> str:
+    """Compute an arithmetic expression exactly instead of doing the arithmetic yourself.
+
+    Use it for any calculation with more than a couple of small numbers: sums, percentages, unit
+    conversions, powers, roots, logarithms. Allowed: numbers, + - * / // % ** and parentheses, pi
+    and e, and sqrt, log (natural, or log(x, base)), ln, log10, log2, exp, sin, cos, tan (radians),
+    abs, round, floor, ceil, factorial, min and max. Use ** for powers, not ^.
+    """
+    turn = turn_of(config)
+    # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
+    try:
+        value = await asyncio.to_thread(evaluate, expression)
+    except CalculatorError as error:
+        log.info("Calculator: refused %s: %s (chat %s)", _quote(expression), error,
+                 turn.chat_id.hex[:8])  # fmt: skip
+        # The model's own words come back (quoted in the reason too): data, like all its output.
+        return _dumps({"expression": untrusted(expression), "error": untrusted(str(error))})
+    return _dumps({"expression": untrusted(expression), "result": format_number(value)})
+
+
+class CurrentDatetimeInput(BaseModel):
+    time_zone: str | None = Field(
+        default=None,
+        max_length=MAX_ZONE_CHARS,
+        description=(
+            "An IANA time zone for the time somewhere else, e.g. 'Asia/Tokyo' or"
+            " 'America/New_York'. Leave it out for the user's own time zone."
+        ),
+    )
+
+
+@tool("current_datetime", args_schema=CurrentDatetimeInput)
+async def current_datetime(time_zone: str | None, config: RunnableConfig) -> str:
+    """Get the current date, time and weekday, in the user's time zone or another one.
+
+    Use it whenever the answer depends on today's date or the time now: "what day is it", "how
+    many days until…", "what time is it in Tokyo", ages and deadlines.
+    """
+    turn = turn_of(config)
+    local = now_in(time_zone if time_zone else turn.time_zone)
+    result: dict[str, Any] = {
+        "time_zone": local.zone,
+        "date": local.now.date().isoformat(),
+        "weekday": local.now.strftime("%A"),
+        "time": local.now.strftime("%H:%M"),
+        "utc_offset": utc_offset(local.now),
+    }
+    if time_zone is None:
+        result["whose"] = "the user's time zone"
+    if local.note:  # may quote the zone the model (or the browser) gave
+        result["note"] = untrusted(local.note)
+    return _dumps(result)
+
+
+TOOLS: list[BaseTool] = [
+    save_memory,
+    retrieve_memory,
+    search_documents,
+    web_search,
+    calculator,
+    current_datetime,
+]
+
+# What each tool does, for people (the Settings page): the docstrings above are the model's.
+SUMMARIES: dict[str, str] = {
+    "save_memory": "Remembers a fact about you when you ask it to.",
+    "retrieve_memory": "Looks up what it remembers about you from earlier chats.",
+    "search_documents": "Searches the documents you uploaded.",
+    "web_search": "Searches the web and answers with citations.",
+    "calculator": "Computes arithmetic exactly (powers, roots, logarithms, factorials…).",
+    "current_datetime": "Tells the date and time now, in your time zone or another.",
+}
 
 
 def _plain_description(docstring: str) -> str:
@@ -310,17 +399,19 @@ MEMORY_TOOLS = ("save_memory", "retrieve_memory")
 
 
 def available_tool_names(
-    services: Any, memory_tools: bool = True, documents: bool = False
+    services: Any, memory_tools: bool = True, documents: bool = False, off: Collection[str] = ()
 ) -> list[str]:
     """The tools a turn can offer: web search only when a search provider is configured, the
     memory tools only when the chat model may have them and memory is on (`memory_tools`), the
-    document search only when the user has documents (`documents`)."""
+    document search only when the user has documents (`documents`), none the user switched off
+    (`off`, their `disabled_tools` setting)."""
     return [
         t.name
         for t in TOOLS
         if (t.name != "web_search" or services.search_provider)
         and (memory_tools or t.name not in MEMORY_TOOLS)
         and (documents or t.name != "search_documents")
+        and t.name not in off
     ]
 
 

@@ -453,6 +453,11 @@ class Database:
         assert row is not None
         return {"ok": True, "server_version": row[0], "pgvector": row[1]}
 
+    @property
+    def embedded(self) -> bool:
+        """The server's own embedded Postgres, not one at DATABASE_URL."""
+        return self._embedded_pgdata is not None
+
     def conninfo_for(self, dbname: str) -> str:
         """The same server, another database (tests use it to migrate a fresh database)."""
         return make_conninfo(self.conninfo, dbname=dbname)

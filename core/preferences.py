@@ -1,5 +1,7 @@
-"""Each user's preferences set in the UI, kept in Postgres so every server process sees the same
-(today: whether memory is paused)."""
+"""Each user's preferences set in the UI, kept in Postgres so every server process sees the same:
+whether memory is paused, the theme, whether "Use web tool" starts ticked, the tools switched off
+and the browser's time zone (for the current_datetime tool). Values are checked by the API
+(chat/memory_routes.py `SettingsEdit`); a stored value of the wrong type reads as the default."""
 
 from __future__ import annotations
 
@@ -10,7 +12,13 @@ from psycopg.types.json import Jsonb
 
 from core.statements import Db, execute, fetch_all
 
-DEFAULTS: dict[str, Any] = {"memory_paused": False}
+DEFAULTS: dict[str, Any] = {
+    "memory_paused": False,
+    "theme": "system",  # "system", "light" or "dark"
+    "use_web_default": False,  # "Use web tool" ticked in a new chat's composer
+    "disabled_tools": [],  # names of chat/tools.py TOOLS never offered to the model
+    "time_zone": None,  # an IANA name the browser reported, e.g. "Europe/Lisbon"
+}
 
 
 async def get_preferences(db: Db, user_id: uuid.UUID) -> dict[str, Any]:
@@ -21,7 +29,16 @@ async def get_preferences(db: Db, user_id: uuid.UUID) -> dict[str, Any]:
         (user_id, list(DEFAULTS)),
     )
     stored = {row["name"]: row["value"] for row in rows}
-    return {name: stored.get(name, default) for name, default in DEFAULTS.items()}
+    return {
+        name: _or_default(stored.get(name, default), default) for name, default in DEFAULTS.items()
+    }
+
+
+def _or_default(value: Any, default: Any) -> Any:
+    # A value written by hand (or by an older version) of another type must not break a turn.
+    if default is None:
+        return value if value is None or isinstance(value, str) else None
+    return value if type(value) is type(default) else default
 
 
 async def set_preferences(db: Db, user_id: uuid.UUID, **values: Any) -> dict[str, Any]:

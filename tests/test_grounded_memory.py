@@ -353,9 +353,9 @@ async def test_pause_and_temporary_chats_neither_read_nor_write_memory(
     assert refused.status_code == 422 and "temporary" in refused.json()["error"]
 
     # Paused: the same for every chat, until unpaused.
-    assert (await client.patch("/api/settings", json={"memory_paused": True})).json() == {
-        "memory_paused": True
-    }
+    assert (await client.patch("/api/settings", json={"memory_paused": True})).json()[
+        "memory_paused"
+    ] is True
     assert (await client.get("/api/config")).json()["memory"] == {"paused": True}
     model.push({"text": "I can't recall."})
     await send(client, "I also play the piano. What instrument do I play?")

@@ -389,7 +389,8 @@ async def turn_config(
 def test_tool_schemas_show_only_the_model_arguments() -> None:
     schemas = tool_schemas()
     names = [s["function"]["name"] for s in schemas]
-    assert names == ["save_memory", "retrieve_memory", "search_documents", "web_search"]
+    assert names == ["save_memory", "retrieve_memory", "search_documents", "web_search",
+                     "calculator", "current_datetime"]  # fmt: skip
     assert [s["function"]["name"] for s in schemas] == [t.name for t in TOOLS]
     parameters = {s["function"]["name"]: s["function"]["parameters"] for s in schemas}
     assert set(parameters["save_memory"]["properties"]) == {"content", "quote"}

@@ -135,6 +135,8 @@ export const api = {
   /** The server's state; `answering` says which model writes the replies. */
   health: () => request("GET", "/api/health"),
   updateSettings: (changes) => request("PATCH", "/api/settings", changes),
+  /** What this server runs on (models per role, database, embedder, web search, tracing, tools). */
+  systemSettings: () => request("GET", "/api/settings/system"),
 
   // Documents (uploads: `uploadDocument` below).
   documents: () => request("GET", "/api/documents"),

@@ -80,6 +80,10 @@ export function createComposer({ onSend, onStop }) {
       }
       refresh();
     },
+    /** "Use web tool" ticked or not, as the user's Settings say it starts (if it can be on). */
+    setWebDefault(on) {
+      if (!web.disabled) web.checked = Boolean(on);
+    },
     setBusy(value) {
       const hadFocus = document.activeElement === stop;
       busy = value;

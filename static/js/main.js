@@ -1,7 +1,7 @@
 // Start-up and the page-level wiring: routes (#/chat/<id>, #/chat/<id>/<message id> pointing at
-// one message, #/memory, #/documents, #/documents/<id>?chunk=<id>&page=N (a cited passage), or
-// the new-chat draft), which view the main area shows, files dropped onto it, the sidebar drawer
-// on narrow screens, and global keys (Esc stops a streaming reply).
+// one message, #/memory, #/documents, #/documents/<id>?chunk=<id>&page=N (a cited passage),
+// #/settings, or the new-chat draft), which view the main area shows, files dropped onto it, the
+// sidebar drawer on narrow screens, and global keys (Esc stops a streaming reply).
 
 import { setupAccount } from "./account.js";
 import { api, loadSession } from "./api.js";
@@ -15,15 +15,18 @@ import { parseDocumentRoute } from "./documents.js";
 import { createDocumentsPage } from "./documents-page.js";
 import { toast } from "./dom.js";
 import { createMemoryPage } from "./memory.js";
+import { createSettingsPage, loadPreferences } from "./settings-page.js";
 import { createSidebar } from "./sidebar.js";
 import { createViewer } from "./viewer.js";
 
 const CHAT_ROUTE = /^#\/chat\/([0-9a-f-]{36})(?:\/([0-9a-f-]{36}))?$/i;
 const MEMORY_ROUTE = /^#\/memory\/?$/;
 const DOCUMENTS_ROUTE = /^#\/documents\/?$/;
+const SETTINGS_ROUTE = /^#\/settings\/?$/;
 const main = document.getElementById("main");
 const memoryLink = document.getElementById("memory-link");
 const documentsLink = document.getElementById("documents-link");
+const settingsLink = document.getElementById("settings-link");
 const conversation = document.getElementById("conversation");
 const narrow = window.matchMedia("(max-width: 860px)");
 
@@ -87,6 +90,10 @@ setupDataTransfer({
     if (result.chat_ids.length === 1) location.hash = `#/chat/${result.chat_ids[0]}`;
   },
 });
+const settingsPage = createSettingsPage({
+  onMemoryPausedChange: (paused) => chat.setMemoryPaused(paused),
+  onUseWebDefault: (on) => composer.setWebDefault(on),
+});
 const viewer = createViewer({ onTitle: (title) => setPageTitle(title) });
 
 function setPageTitle(title) {
@@ -107,16 +114,21 @@ function showView(view) {
   const current = (link, on) => (on ? link.setAttribute("aria-current", "page") : link.removeAttribute("aria-current"));
   current(memoryLink, view === "memory");
   current(documentsLink, view === "documents" || view === "document");
+  current(settingsLink, view === "settings");
   if (view !== "chat") sidebar.setActive(null);
   if (was === "memory" && view !== "memory") memoryPage.hide(); // a delete waiting for its Undo is sent now
   if (was === "documents" && view !== "documents") documentsPage.hide();
   if (was === "document" && view !== "document") viewer.hide();
+  if (was === "settings" && view !== "settings") settingsPage.hide();
   if (view === "memory") {
     setPageTitle("Memory");
     if (was !== "memory") memoryPage.show();
   } else if (view === "documents") {
     setPageTitle("Documents");
     if (was !== "documents") documentsPage.show();
+  } else if (view === "settings") {
+    setPageTitle("Settings");
+    if (was !== "settings") settingsPage.show();
   } else if (view === "chat" && was !== "chat" && conversationScroll !== null) {
     conversation.scrollTop = conversationScroll;
   }
@@ -131,6 +143,8 @@ function route() {
     showView("memory");
   } else if (DOCUMENTS_ROUTE.test(location.hash)) {
     showView("documents");
+  } else if (SETTINGS_ROUTE.test(location.hash)) {
+    showView("settings");
   } else if (passage) {
     showView("document");
     viewer.open(passage, { fromApp: routed > 1 });
@@ -236,6 +250,9 @@ api.config()
     chat.setMemoryPaused(config.memory?.paused);
   })
   .catch(() => composer.configure({ web_search: { available: false, reason: "the server did not say" } }));
+// The saved theme (theme.js applied the local copy already), "Use web tool" default, time zone.
+loadPreferences({ onUseWebDefault: (on) => composer.setWebDefault(on) })
+  .catch((error) => toast(`Could not read your settings: ${error.message}`, "error"));
 sidebar.load();
 route();
 document.documentElement.classList.add("ready");
