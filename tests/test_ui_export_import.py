@@ -36,8 +36,11 @@ async def test_import_a_chatgpt_export_then_export_a_chat_and_everything(
     page = ui.page
     await sign_in(page, accounts_url, username)
 
+    # Export everything and import live on the Settings page, under "Your data".
+    await page.locator("#settings-link").click()
+    data = page.locator("#settings-data")
     async with page.expect_file_chooser() as chooser:
-        await page.get_by_role("button", name="Import chats…").click()
+        await data.get_by_role("button", name="Import chats…").click()
     await (await chooser.value).set_files(FIXTURE)
     await expect(page.locator(".toast").last).to_have_text("Imported 3 chats.")
     chats = page.locator("#chat-list")
@@ -69,18 +72,19 @@ async def test_import_a_chatgpt_export_then_export_a_chat_and_everything(
     exported = json.loads(saved.read_text())
     assert [c["title"] for c in exported["chats"]] == ["Trip to Kyōto ✈️"]
 
+    await page.locator("#settings-link").click()
     async with page.expect_download() as download_info:
-        await page.get_by_role("button", name="Export all data").click()
+        await data.get_by_role("button", name="Export all data").click()
     download = await download_info.value
     assert re.fullmatch(r"resolveai-export-\d{4}-\d\d-\d\d\.json", download.suggested_filename)
     everything = tmp_path / "all.json"
     await download.save_as(everything)
-    data = json.loads(everything.read_text())
-    assert data["format"] == "resolveai-export" and len(data["chats"]) == 3
+    exported_all = json.loads(everything.read_text())
+    assert exported_all["format"] == "resolveai-export" and len(exported_all["chats"]) == 3
 
     # The same file again: nothing new, and the page says so.
     async with page.expect_file_chooser() as chooser:
-        await page.get_by_role("button", name="Import chats…").click()
+        await data.get_by_role("button", name="Import chats…").click()
     await (await chooser.value).set_files(FIXTURE)
     await expect(page.locator(".toast").last).to_have_text("Imported 0 chats (3 already here).")
 
@@ -88,7 +92,7 @@ async def test_import_a_chatgpt_export_then_export_a_chat_and_everything(
     notes = tmp_path / "notes.txt"
     notes.write_text("Just some notes, not JSON.")
     async with page.expect_file_chooser() as chooser:
-        await page.get_by_role("button", name="Import chats…").click()
+        await data.get_by_role("button", name="Import chats…").click()
     await (await chooser.value).set_files(notes)
     await expect(page.locator(".toast-error").last).to_have_text(
         re.compile(r"^Could not import: notes\.txt: The file is not valid JSON")

@@ -109,9 +109,11 @@ async def test_the_settings_page_shows_the_local_fallback_when_no_key_is_set(
         await expect(tool_switch(page, "calculator")).to_be_checked()
         calculator = page.locator('.settings-tool[data-tool="calculator"]')
         await expect(calculator).to_contain_text("Computes arithmetic exactly")
-        # Where the export and import go.
+        # Export and import.
         data = page.locator("section#settings-data")
         await expect(data.get_by_role("heading", name="Your data")).to_be_visible()
+        await expect(data.get_by_role("button", name="Export all data")).to_be_visible()
+        await expect(data.get_by_role("button", name="Import chats…")).to_be_visible()
     finally:
         await context.close()
     check_clean(page_ui)

@@ -1,8 +1,8 @@
 // Export and import (chat/export_routes.py): a chat as Markdown or JSON from the chat's header,
 // everything as one JSON file, and a file imported back (a ResolveAI export, or a ChatGPT
 // conversations.json or its .zip). Self-contained: `setupDataTransfer` adds its own controls
-// (an Export menu in the header, two entries in the sidebar) so they can move elsewhere (a
-// Settings page) by calling `exportEverything` and `importFile` from there.
+// (an Export menu in the header; Export all data and Import chats… in the Settings page's
+// "Your data" section).
 //
 // Downloads are plain links to GET endpoints (the session cookie signs them in; the server sends
 // them as attachments), so the browser streams them to disk and no JSON is held in the page.
@@ -121,21 +121,25 @@ function setupChatExportMenu() {
   follow();
 }
 
-/** "Export all data" and "Import chats…" in the sidebar, under the page links. */
-function setupSidebarEntries(onImported) {
-  const after = document.getElementById("documents-link");
-  if (!after) return;
-  const exportAll = el("button", { type: "button", class: "nav-link nav-button", id: "export-all" },
+/** "Export all data" and "Import chats…" in the Settings page's "Your data" section. */
+function setupDataSection(onImported) {
+  const section = document.getElementById("settings-data");
+  if (!section) return;
+  const exportAll = el("button", { type: "button", class: "secondary-button", id: "export-all" },
     icon("download"), el("span", { text: "Export all data" }));
-  const importChats = el("button", { type: "button", class: "nav-link nav-button", id: "import-chats" },
+  const importChats = el("button", { type: "button", class: "secondary-button", id: "import-chats" },
     icon("upload"), el("span", { text: "Import chats…" }));
   exportAll.addEventListener("click", exportEverything);
   importChats.addEventListener("click", () => pickAndImport(onImported));
-  after.after(exportAll, importChats);
+  section.append(
+    el("p", { class: "settings-intro", text: "Every chat, memory and preference as one JSON file; "
+      + "import one back, or a ChatGPT export (conversations.json or its .zip)." }),
+    el("div", { class: "settings-actions" }, exportAll, importChats),
+  );
 }
 
 /** Add the controls; `onImported(result)` runs after a successful import (reload the list). */
 export function setupDataTransfer({ onImported = () => {} } = {}) {
   setupChatExportMenu();
-  setupSidebarEntries(onImported);
+  setupDataSection(onImported);
 }
