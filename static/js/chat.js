@@ -23,6 +23,7 @@ const BUSY_RETRY_DELAY_MS = 250;
 const BUSY_RETRIES = 12;
 const RESUME_RETRIES = 5; // a dropped stream is followed again this often (the reply goes on)
 const RESUME_DELAY_MS = 500;
+const BRIEF_HIGHLIGHT_MS = 2500; // how long a search result's message stays marked
 
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
@@ -161,8 +162,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
 
   /** Show a chat; `highlight` (a message id) scrolls to that message and marks it, with the words
    *  of `quote` marked inside it when given. */
-  async function open(chatId, { highlight = null, quote = null } = {}) {
-    if (highlight) shown.pointAt = { messageId: highlight, quote };
+  async function open(chatId, { highlight = null, quote = null, brief = false } = {}) {
+    if (highlight) shown.pointAt = { messageId: highlight, quote, brief };
     else if (shown.chatId !== chatId) shown.pointAt = null;
     // A message sent in this view has no id on screen until the chat is read again.
     const stale = shown.pointAt && !shown.loading && !findMessage(shown.pointAt.messageId);
@@ -227,8 +228,11 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     shown.pointAt = null;
     if (!target) return;
     const node = findMessage(target.messageId);
-    if (node) highlightMessage(node, target.quote);
-    else toast("That message is not in this chat any more.", "error");
+    if (node) {
+      highlightMessage(node, target.quote);
+      // A search result's message: marked for a moment, then the chat reads as usual.
+      if (target.brief) setTimeout(() => node.classList.remove("highlighted"), BRIEF_HIGHLIGHT_MS);
+    } else toast("That message is not in this chat any more.", "error");
   }
 
   function renderSaved(messages) {
@@ -424,6 +428,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
       turn.markClosed();
       syncComposer();
       sidebar.load(); // the chat moved to the top of its day
+      // A new chat's title is generated after its first reply (chat/titles.py): pick it up.
+      if (turn.createdChat && turn.completed) sidebar.watchTitle(turn.chatId);
       if (turn.reloadAfter) reloadShown(turn.chatId);
     }
   }
@@ -479,6 +485,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         break;
       case "done":
         turn.phase = "saved";
+        turn.completed = true;
         turn.messageId = event.message_id;
         turn.view.root.dataset.messageId = event.message_id;
         offerNewVersions(turn);
@@ -517,6 +524,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   /** The first message of a draft created a chat: the draft becomes that chat. */
   function adoptNewChat(turn, event) {
     turns.delete(DRAFT);
+    turn.createdChat = true;
     turn.chatId = event.chat_id;
     turns.set(turn.chatId, turn);
     if (turn.stopWanted) requestStop(turn); // Stop was pressed before the chat existed

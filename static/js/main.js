@@ -1,7 +1,8 @@
 // Start-up and the page-level wiring: routes (#/chat/<id>, #/chat/<id>/<message id> pointing at
 // one message, #/memory, #/documents, #/documents/<id>?chunk=<id>&page=N (a cited passage), or
 // the new-chat draft), which view the main area shows, files dropped onto it, the sidebar drawer
-// on narrow screens, and global keys (Esc stops a streaming reply).
+// on narrow screens, and global keys (Esc stops a streaming reply, Ctrl+K searches the chats,
+// Ctrl+Shift+O starts a new chat).
 
 import { setupAccount } from "./account.js";
 import { api, loadSession } from "./api.js";
@@ -14,6 +15,7 @@ import { parseDocumentRoute } from "./documents.js";
 import { createDocumentsPage } from "./documents-page.js";
 import { toast } from "./dom.js";
 import { createMemoryPage } from "./memory.js";
+import { createSearch } from "./search.js";
 import { createSidebar } from "./sidebar.js";
 import { createViewer } from "./viewer.js";
 
@@ -80,6 +82,20 @@ memoryPage = createMemoryPage({
 });
 
 documentsPage = createDocumentsPage();
+// Messages opened from a search result: marked for a moment only (chat.js).
+const briefly = new Set();
+const search = createSearch({
+  onOpen: async (hit) => {
+    if (hit.message_id && !hit.on_branch) {
+      // An earlier version of a message: show its branch first, as picking that version does.
+      await api.showVersion(hit.chat_id, hit.message_id).catch(() => {});
+    }
+    if (hit.message_id) briefly.add(hit.message_id);
+    const hash = hit.message_id ? `#/chat/${hit.chat_id}/${hit.message_id}` : `#/chat/${hit.chat_id}`;
+    if (location.hash === hash) route();
+    else location.hash = hash;
+  },
+});
 const viewer = createViewer({ onTitle: (title) => setPageTitle(title) });
 
 function setPageTitle(title) {
@@ -134,7 +150,8 @@ function route() {
     showView("chat");
     if (match) {
       const messageId = match[2]?.toLowerCase();
-      chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId) });
+      const brief = Boolean(messageId && briefly.delete(messageId));
+      chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId), brief });
     } else {
       chat.showDraft();
     }
@@ -193,6 +210,7 @@ document.getElementById("brand").addEventListener("click", (event) => {
   event.preventDefault();
   newChat();
 });
+document.getElementById("search-chats").addEventListener("click", () => search.open());
 document.getElementById("show-summary").addEventListener("click", () => chat.openSummary());
 document.getElementById("open-sidebar").addEventListener("click", () => drawer.open());
 document.getElementById("close-sidebar").addEventListener("click", () => drawer.close({ restoreFocus: true }));
@@ -204,6 +222,18 @@ document.getElementById("sidebar").addEventListener("click", (event) => {
 });
 narrow.addEventListener("change", () => drawer.close());
 
+// Ctrl+K (⌘K on a Mac) searches the chats, Ctrl+Shift+O (⌘⇧O) starts a new one, as in ChatGPT.
+document.addEventListener("keydown", (event) => {
+  if (!(event.ctrlKey || event.metaKey) || event.altKey || event.isComposing) return;
+  const key = event.key.toLowerCase();
+  if (key === "k" && !event.shiftKey) {
+    event.preventDefault();
+    if (!document.querySelector("dialog[open]:not(#search-dialog)")) search.open();
+  } else if (key === "o" && event.shiftKey && !document.querySelector("dialog[open]")) {
+    event.preventDefault();
+    newChat();
+  }
+});
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape" || event.defaultPrevented || document.querySelector("dialog[open]")) return;
   if (chatShown() && chat.isStreaming()) {
