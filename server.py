@@ -38,9 +38,9 @@ from chat.auth_routes import router as auth_router
 from chat.document_routes import router as document_router
 from chat.document_worker import DocumentWorker
 from chat.memory_routes import router as memory_router
-from chat.search_routes import router as search_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
+from chat.search_routes import router as search_router
 from chat.turn_jobs import TurnJobs
 from chat.turn_recovery import recover_abandoned_turns
 from chat.warm_up import warm_local_model

@@ -169,7 +169,7 @@ async def test_limit_and_bad_queries(client, model) -> None:
         assert "error" in response.json()
 
 
-# --- pinned chats ----------------------------------------------------------------------------------
+# --- pinned chats --------------------------------------------------------------------------------
 
 
 async def test_pinned_chats_come_first(client, model) -> None:

@@ -31,7 +31,8 @@ def word() -> str:
 
 
 async def test_search_finds_a_word_only_a_reply_has_and_opens_it(
-    ui: UI, model, chat_services: Services
+    ui: UI,  # noqa: F811
+    model,
 ) -> None:
     secret = word()
     filler = "\n\n".join(f"Paragraph {i}. " + "More words to read. " * 30 for i in range(12))
@@ -59,9 +60,7 @@ async def test_search_finds_a_word_only_a_reply_has_and_opens_it(
     await box.fill(secret.upper())
     result = dialog.locator(".search-result")
     await expect(result).to_have_count(1)
-    await expect(result.locator(".search-result-title")).to_have_text(
-        "Tell me a long story please"
-    )
+    await expect(result.locator(".search-result-title")).to_have_text("Tell me a long story please")
     await expect(result.locator(".search-result-snippet mark")).to_have_text(secret)
     # The reply's markup is text in the snippet, never markup.
     await expect(result.locator(".search-result-snippet b")).to_have_count(0)
@@ -89,7 +88,7 @@ async def test_search_finds_a_word_only_a_reply_has_and_opens_it(
     await page.keyboard.press("Escape")
 
 
-async def test_a_title_appears_after_the_first_reply(ui: UI, model) -> None:
+async def test_a_title_appears_after_the_first_reply(ui: UI, model) -> None:  # noqa: F811
     model.push({"text": "Start with a sourdough starter fed twice a day.", "delay": 0.05})
     model.push_for("title", {"text": '"Baking **Sourdough** Bread."', "delay": 0.3})
     await ui.open()
@@ -112,7 +111,10 @@ async def test_a_title_appears_after_the_first_reply(ui: UI, model) -> None:
     await expect(page.locator("#chat-title")).to_have_text("My bread notes")
 
 
-async def test_pin_moves_a_chat_to_the_top(ui: UI, chat_services: Services) -> None:
+async def test_pin_moves_a_chat_to_the_top(
+    ui: UI,  # noqa: F811
+    chat_services: Services,
+) -> None:
     pool = chat_services.database.pool
     tag = word()
     older = await seed_chat(pool, f"{tag} older chat", [("hello", {"content": "Hi!"})])
@@ -145,7 +147,7 @@ async def test_pin_moves_a_chat_to_the_top(ui: UI, chat_services: Services) -> N
             await chat_store.delete_chat(pool, chat_id, LOCAL_USER_ID)
 
 
-async def test_shortcuts_new_chat_and_esc_stops(ui: UI, model) -> None:
+async def test_shortcuts_new_chat_and_esc_stops(ui: UI, model) -> None:  # noqa: F811
     model.push({"text": "Hello."})
     await ui.open()
     page = ui.page
