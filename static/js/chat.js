@@ -25,6 +25,21 @@ const RESUME_RETRIES = 5; // a dropped stream is followed again this often (the 
 const RESUME_DELAY_MS = 500;
 const BRIEF_HIGHLIGHT_MS = 2500; // how long a search result's message stays marked
 
+/** Scroll the first text of `node` holding one of `words` (any case) to the middle of the view. */
+function scrollToWords(node, words) {
+  const wanted = words.map((word) => word.toLowerCase()).filter(Boolean);
+  if (!wanted.length) return;
+  const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+    const data = text.data.toLowerCase();
+    if (wanted.some((word) => data.includes(word))) {
+      const reduce = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+      text.parentElement.scrollIntoView({ block: "center", behavior: reduce ? "instant" : "smooth" });
+      return;
+    }
+  }
+}
+
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(resolve, ms);
@@ -162,8 +177,10 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
 
   /** Show a chat; `highlight` (a message id) scrolls to that message and marks it, with the words
    *  of `quote` marked inside it when given. */
-  async function open(chatId, { highlight = null, quote = null, brief = false } = {}) {
-    if (highlight) shown.pointAt = { messageId: highlight, quote, brief };
+  /** `words` (a search result's matches): the highlight lasts a moment, and a long message is
+   *  scrolled to the first of them rather than to its middle. */
+  async function open(chatId, { highlight = null, quote = null, words = null } = {}) {
+    if (highlight) shown.pointAt = { messageId: highlight, quote, words };
     else if (shown.chatId !== chatId) shown.pointAt = null;
     // A message sent in this view has no id on screen until the chat is read again.
     const stale = shown.pointAt && !shown.loading && !findMessage(shown.pointAt.messageId);
@@ -230,8 +247,11 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     const node = findMessage(target.messageId);
     if (node) {
       highlightMessage(node, target.quote);
-      // A search result's message: marked for a moment, then the chat reads as usual.
-      if (target.brief) setTimeout(() => node.classList.remove("highlighted"), BRIEF_HIGHLIGHT_MS);
+      if (target.words) {
+        // A search result's message: scrolled to the words found, marked for a moment.
+        scrollToWords(node, target.words);
+        setTimeout(() => node.classList.remove("highlighted"), BRIEF_HIGHLIGHT_MS);
+      }
     } else toast("That message is not in this chat any more.", "error");
   }
 

@@ -82,15 +82,16 @@ memoryPage = createMemoryPage({
 });
 
 documentsPage = createDocumentsPage();
-// Messages opened from a search result: marked for a moment only (chat.js).
-const briefly = new Set();
+// Messages opened from a search result, with the words that matched: marked for a moment only,
+// scrolled to those words (chat.js).
+const briefly = new Map();
 const search = createSearch({
   onOpen: async (hit) => {
     if (hit.message_id && !hit.on_branch) {
       // An earlier version of a message: show its branch first, as picking that version does.
       await api.showVersion(hit.chat_id, hit.message_id).catch(() => {});
     }
-    if (hit.message_id) briefly.add(hit.message_id);
+    if (hit.message_id) briefly.set(hit.message_id, (hit.snippet || []).filter((p) => p.match).map((p) => p.text));
     const hash = hit.message_id ? `#/chat/${hit.chat_id}/${hit.message_id}` : `#/chat/${hit.chat_id}`;
     if (location.hash === hash) route();
     else location.hash = hash;
@@ -150,8 +151,9 @@ function route() {
     showView("chat");
     if (match) {
       const messageId = match[2]?.toLowerCase();
-      const brief = Boolean(messageId && briefly.delete(messageId));
-      chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId), brief });
+      const words = messageId && briefly.get(messageId);
+      if (words) briefly.delete(messageId);
+      chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId), words });
     } else {
       chat.showDraft();
     }
