@@ -24,7 +24,7 @@ from core.statements import Db, fetch_all
 MAX_QUERY_CHARS = 200
 START, STOP = "\ue000", "\ue001"  # ts_headline's markers: private-use characters, never shown
 _HEADLINE = (
-    f"StartSel={START}, StopSel={STOP}, MaxWords=24, MinWords=8, MaxFragments=2,"
+    f"StartSel={START}, StopSel={STOP}, MaxWords=24, MinWords=8, MaxFragments=2, ShortWord=0,"
     ' FragmentDelimiter=" … "'
 )
 _TITLE_HEADLINE = f"StartSel={START}, StopSel={STOP}, HighlightAll=true"
