@@ -25,19 +25,22 @@ const RESUME_RETRIES = 5; // a dropped stream is followed again this often (the 
 const RESUME_DELAY_MS = 500;
 const BRIEF_HIGHLIGHT_MS = 2500; // how long a search result's message stays marked
 
-/** Scroll the first text of `node` holding one of `words` (any case) to the middle of the view. */
+/** Scroll the first text of `node` holding one of `words` (any case) to the middle of the view
+ *  (the whole message when none does). */
 function scrollToWords(node, words) {
   const wanted = words.map((word) => word.toLowerCase()).filter(Boolean);
-  if (!wanted.length) return;
   const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
-  for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+  let target = node;
+  for (let text = walker.nextNode(); text && wanted.length; text = walker.nextNode()) {
     const data = text.data.toLowerCase();
     if (wanted.some((word) => data.includes(word))) {
-      const reduce = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
-      text.parentElement.scrollIntoView({ block: "center", behavior: reduce ? "instant" : "smooth" });
-      return;
+      target = text.parentElement;
+      break;
     }
   }
+  // Instant: the replies just rendered keep the view at the bottom (scroll.js) until a scroll
+  // event says the reader left it, and a smooth scroll's first steps are still near the bottom.
+  target.scrollIntoView({ block: "center", behavior: "instant" });
 }
 
 function sleep(ms, signal) {
@@ -176,9 +179,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   }
 
   /** Show a chat; `highlight` (a message id) scrolls to that message and marks it, with the words
-   *  of `quote` marked inside it when given. */
-  /** `words` (a search result's matches): the highlight lasts a moment, and a long message is
-   *  scrolled to the first of them rather than to its middle. */
+   *  of `quote` marked inside it when given. `words` (a search result's matches): the highlight
+   *  lasts a moment, and a long message is scrolled to the first of them, not to its middle. */
   async function open(chatId, { highlight = null, quote = null, words = null } = {}) {
     if (highlight) shown.pointAt = { messageId: highlight, quote, words };
     else if (shown.chatId !== chatId) shown.pointAt = null;
@@ -246,10 +248,11 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     if (!target) return;
     const node = findMessage(target.messageId);
     if (node) {
-      highlightMessage(node, target.quote);
+      highlightMessage(node, target.quote, { scroll: !target.words });
       if (target.words) {
-        // A search result's message: scrolled to the words found, marked for a moment.
-        scrollToWords(node, target.words);
+        // A search result's message: scrolled to the words found (once its Markdown is rendered,
+        // in the next frame), marked for a moment.
+        requestAnimationFrame(() => requestAnimationFrame(() => scrollToWords(node, target.words)));
         setTimeout(() => node.classList.remove("highlighted"), BRIEF_HIGHLIGHT_MS);
       }
     } else toast("That message is not in this chat any more.", "error");

@@ -151,8 +151,8 @@ function route() {
     showView("chat");
     if (match) {
       const messageId = match[2]?.toLowerCase();
+      // Kept, not taken: a hash change fires both hashchange and popstate, so this runs twice.
       const words = messageId && briefly.get(messageId);
-      if (words) briefly.delete(messageId);
       chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId), words });
     } else {
       chat.showDraft();

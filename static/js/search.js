@@ -99,6 +99,10 @@ export function createSearch({ onOpen }) {
       if (!hits.length) return;
       active = (active + (event.key === "ArrowDown" ? 1 : -1) + hits.length) % hits.length;
       mark();
+    } else if (event.key === "Escape") {
+      // A search box would only clear itself on the first Esc: Esc closes the dialog at once.
+      event.preventDefault();
+      dialog.close();
     } else if (event.key === "Enter" && !event.isComposing) {
       event.preventDefault();
       clearTimeout(timer);
