@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from chat import summary
+from chat import summary, titles
 from chat.auth import SESSION_COOKIE, identify, prepare_accounts, require_user
 from chat.auth_routes import public_router as auth_public_router
 from chat.auth_routes import router as auth_router
@@ -41,6 +41,7 @@ from chat.export_routes import router as export_router
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
 from chat.routes import router as chat_router
+from chat.search_routes import router as search_router
 from chat.settings_routes import router as settings_router
 from chat.turn_jobs import TurnJobs
 from chat.turn_recovery import recover_abandoned_turns
@@ -206,6 +207,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(document_router, **signed_in)
     app.include_router(export_router, **signed_in)
     app.include_router(settings_router, **signed_in)
+    app.include_router(search_router, **signed_in)
     add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)
@@ -308,11 +310,13 @@ async def turn_jobs(app: FastAPI, services: Services) -> AsyncIterator[TurnJobs]
 @asynccontextmanager
 async def summary_folds() -> AsyncIterator[None]:
     """At shutdown, this process's summary folds (chat/summary.py) get a moment to finish before
-    the services they use close; the rest are cancelled and folded again by a later turn."""
+    the services they use close; the rest are cancelled and folded again by a later turn. Title
+    calls (chat/titles.py) likewise; a cancelled one leaves the chat's first title."""
     try:
         yield
     finally:
         await summary.close()
+        await titles.close()
 
 
 def freeze_startup_objects() -> None:

@@ -1,5 +1,5 @@
 """The chat API: send a message (a Server-Sent Events stream), follow or stop a reply being written,
-list, read, rename and delete chats.
+list, read, rename, pin and delete chats.
 
 A reply is a job (chat/turn_jobs.py): the POST's stream is only its first reader, and leaving it
 stops nothing. `GET /api/chats/{id}/stream?after=N` (or SSE `Last-Event-ID: N`) replays the reply
@@ -28,6 +28,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from chat.auth import user_of
@@ -45,7 +46,8 @@ HEARTBEAT_SECONDS = 10
 DELETE_WAIT_SECONDS = 5  # deleting a chat waits this long at most for its reply to stop
 MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
                   "error", "sent_at", "versions")  # fmt: skip
-CHAT_FIELDS = ("chat_id", "title", "temporary", "created_at", "updated_at")
+CHAT_FIELDS = ("chat_id", "title", "title_source", "temporary", "pinned", "created_at",
+               "updated_at")  # fmt: skip
 
 
 class MessageIn(BaseModel):
@@ -91,17 +93,44 @@ class RegenerateIn(BaseModel):
     use_web: StrictBool | None = None
 
 
-class RenameIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _optional(schema: dict[str, Any], **extra: Any) -> None:
+    # A field that may be left out but not sent as null: its schema shows no `default: null`.
+    schema.pop("default", None)
+    schema.update(extra)
 
-    title: str = Field(min_length=1, max_length=200, json_schema_extra={"pattern": NON_BLANK_TEXT})
+
+class ChatEdit(BaseModel):
+    """A rename (`title`, then the user's: a generated title never replaces it) and/or a pin."""
+
+    # At least one of the two; neither may be null (leave it out to keep it as is).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    title: Annotated[str, Field(min_length=1, max_length=200)] | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra=lambda schema: _optional(schema, pattern=NON_BLANK_TEXT)
+    )
+    pinned: StrictBool | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_optional)
 
     @field_validator("title")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is None:
+            raise ValueError("the title cannot be null: leave it out to keep it")
         if not value.strip():
             raise ValueError("the title is empty")
         return value.strip()
+
+    @field_validator("pinned")
+    @classmethod
+    def _not_null(cls, value: bool | None) -> bool | None:
+        if value is None:
+            raise ValueError("pinned cannot be null: leave it out to keep it")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> ChatEdit:
+        if not self.model_fields_set:
+            raise ValueError("nothing to change: give a title and/or pinned")
+        return self
 
 
 def services_of(request: Request) -> Services:
@@ -363,9 +392,14 @@ async def get_summary(request: Request, chat_id: uuid.UUID) -> dict[str, Any]:
 
 
 @router.patch("/chats/{chat_id}", responses=errors(404))
-async def rename_chat(request: Request, chat_id: uuid.UUID, body: RenameIn) -> dict[str, Any]:
-    chat = await chat_store.rename_chat(
-        services_of(request).database.pool, chat_id, body.title, user_of(request).user_id
+async def edit_chat(request: Request, chat_id: uuid.UUID, body: ChatEdit) -> dict[str, Any]:
+    """Rename a chat (`title`) and/or pin it to the top of the list (`pinned`)."""
+    chat = await chat_store.edit_chat(
+        services_of(request).database.pool,
+        chat_id,
+        user_of(request).user_id,
+        title=body.title,
+        pinned=body.pinned,
     )
     if chat is None:
         raise HTTPException(404, f"No chat with id {chat_id}")

@@ -6,7 +6,8 @@ held in Postgres so it holds across server processes) and saves the user's messa
 is called. `stream_turn` then runs the graph and guarantees that whatever happens (the graph fails,
 the client leaves) the reply is saved with what was produced and the claim is released. Once it
 is, the chat's summary is folded if it is due (chat/summary.py), in the background: the next
-message in the chat does not wait for it.
+message in the chat does not wait for it; a new chat's first reply is followed by its title
+(chat/titles.py), in the background too.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chat import summary
+from chat import summary, titles
 from chat.graph import graph
 from chat.replies import ReplyNotSaved, save_reply
 from chat.state import TurnContext
@@ -247,6 +248,11 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
         summary.start_fold(
             context.services, context.chat_id, context.trace_id, context.seen.get("unsummarised")
         )
+        # A new chat's first reply, saved: the utility model names the chat (chat/titles.py).
+        if turn.new_chat is not None and saved:
+            titles.start_title(
+                context.services, context.chat_id, turn.content, "".join(reply), context.trace_id
+            )
 
 
 async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -> None:

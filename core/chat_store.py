@@ -139,19 +139,20 @@ async def get_chat(
 async def list_chats(
     db: Db, user_id: uuid.UUID, limit: int = 100, title_filter: str | None = None
 ) -> list[dict[str, Any]]:
-    """The user's chats with the most recent activity first; `title_filter` matches part of the
-    title, ignoring case, with `%` and `_` taken literally."""
+    """The user's chats, pinned ones first, then the most recent activity first; `title_filter`
+    matches part of the title, ignoring case, with `%` and `_` taken literally."""
     if title_filter:
         escaped = title_filter.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         return await fetch_all(
             db,
             "SELECT * FROM chats WHERE user_id = %s AND title ILIKE %s"
-            " ORDER BY updated_at DESC, created_at DESC LIMIT %s",
+            " ORDER BY pinned DESC, updated_at DESC, created_at DESC LIMIT %s",
             (user_id, f"%{escaped}%", limit),
         )
     return await fetch_all(
         db,
-        "SELECT * FROM chats WHERE user_id = %s ORDER BY updated_at DESC, created_at DESC LIMIT %s",
+        "SELECT * FROM chats WHERE user_id = %s"
+        " ORDER BY pinned DESC, updated_at DESC, created_at DESC LIMIT %s",
         (user_id, limit),
     )
 
@@ -159,14 +160,44 @@ async def list_chats(
 async def rename_chat(
     db: Db, chat_id: uuid.UUID, title: str, user_id: uuid.UUID
 ) -> dict[str, Any] | None:
-    """The renamed chat, or None if the user has no such chat.
+    """The renamed chat, or None if the user has no such chat. The title is the user's from now
+    on (`title_source` 'user'): a title generated later never replaces it.
 
     Leaves `updated_at` alone: renaming is not activity, so it does not move the chat to the top.
     """
+    return await edit_chat(db, chat_id, user_id, title=title)
+
+
+async def edit_chat(
+    db: Db,
+    chat_id: uuid.UUID,
+    user_id: uuid.UUID,
+    *,
+    title: str | None = None,
+    pinned: bool | None = None,
+) -> dict[str, Any] | None:
+    """Rename (the title becomes the user's) and/or pin or unpin one of the user's chats, in one
+    statement (None: leave as is); the chat, or None if the user has no such chat. Neither is
+    activity: `updated_at` stays."""
     return await fetch_one(
         db,
-        "UPDATE chats SET title = %s WHERE chat_id = %s AND user_id = %s RETURNING *",
-        (_clean_title(title), chat_id, user_id),
+        "UPDATE chats SET title = COALESCE(%(title)s, title),"
+        " title_source = CASE WHEN %(title)s::text IS NULL THEN title_source ELSE 'user' END,"
+        " pinned = COALESCE(%(pinned)s, pinned)"
+        " WHERE chat_id = %(chat)s AND user_id = %(user)s RETURNING *",
+        {"title": None if title is None else _clean_title(title), "pinned": pinned,
+         "chat": chat_id, "user": user_id},
+    )  # fmt: skip
+
+
+async def set_generated_title(db: Db, chat_id: uuid.UUID, title: str) -> dict[str, Any] | None:
+    """Store a generated title, only over the first one (`title_source` 'auto'): a chat renamed
+    meanwhile keeps its name. The chat, or None if it was renamed (or deleted)."""
+    return await fetch_one(
+        db,
+        "UPDATE chats SET title = %s, title_source = 'generated'"
+        " WHERE chat_id = %s AND title_source = 'auto' RETURNING *",
+        (_clean_title(title), chat_id),
     )
 
 

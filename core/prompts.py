@@ -257,6 +257,22 @@ def web_answer_request(
     ]
 
 
+# --- chat titles ----------------------------------------------------------------------------------
+
+TITLE_INSTRUCTIONS = """\
+You name a chat for a list of chats. Reply with the title only: at most 6 words, in the language \
+of the user's message, plain text (no quotes, no punctuation at the end, no Markdown, no emoji). \
+Say what the chat is about, e.g. "Fixing a Flask import error" or "Recette de crêpes sans œufs"."""
+
+
+def title_request(question: str, reply: str) -> list[dict[str, str]]:
+    """Messages for the utility model to title a chat from its first question and reply."""
+    return [
+        {"role": "system", "content": TITLE_INSTRUCTIONS},
+        {"role": "user", "content": f"{block('user', question)}\n\n{block('assistant', reply)}"},
+    ]
+
+
 # --- evals ---------------------------------------------------------------------------------------
 
 ANSWER_JUDGE_INSTRUCTIONS = """\

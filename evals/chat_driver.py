@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from chat import summary
+from chat import summary, titles
 from chat.runner import start_turn, stream_turn
 from core import chat_store
 from core.accounts import LOCAL_USER_ID
@@ -59,6 +59,7 @@ async def ask(
             error = event["message"]
     seconds = time.perf_counter() - started
     await summary.settled()
+    await titles.settled()  # a new chat's title call too (chat/titles.py)
     saved = None
     if message_id is not None:
         messages = await chat_store.list_messages(services.database.pool, turn.context.chat_id)

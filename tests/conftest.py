@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from chat import summary, turn_jobs
+from chat import summary, titles, turn_jobs
 from core.config import PROJECT_ROOT, Settings, load_settings
 from core.db import Database, _configure_connection, migrate
 from core.llm_router import provider_handler, register_provider
@@ -135,6 +135,7 @@ async def model(chat_services: Services) -> AsyncIterator[ScriptedProvider]:
     # still running after the test would take the next one's scripted turns.
     await turn_jobs.settled()
     await summary.settled()
+    await titles.settled()
 
 
 @pytest.fixture(scope="module")

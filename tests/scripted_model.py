@@ -16,7 +16,8 @@ router, graph, database and embedder run above it. A turn is a dict:
 - `"finish_reason": "length"` (optional): the reply reports being cut by the length limit.
 
 `scripted/memory` (memory extraction) has a queue of its own, filled with `push_for("memory", …)`
-(empty, it answers that there is nothing to remember), and records its calls in `own_calls`. The
+(empty, it answers that there is nothing to remember), and records its calls in `own_calls`;
+`scripted/title` (chat titles) too (empty, it answers nothing: the first title stays). The
 model name `scripted/down` always fails without consuming a turn: a stand-in for a provider that
 is down, to exercise the Router's fallbacks. Turns come from `push()`. When no turn is queued, a
 `responder` (if set) writes one from the call itself: `responder(model, messages)` returns a turn.
@@ -47,7 +48,12 @@ Responder = Callable[[str, list[dict[str, Any]]], ScriptedTurn]
 
 # Memory extraction runs after every reply, at a moment tests do not control: it has a queue of its
 # own (`push_for("memory", ...)`), and with nothing queued it finds no fact to remember.
-OWN_QUEUE_DEFAULTS: dict[str, ScriptedTurn] = {"memory": {"text": '{"operations": []}'}}
+# Chat titles too (`push_for("title", ...)`): with nothing queued the answer is empty, and the chat
+# keeps the start of its first message as its title.
+OWN_QUEUE_DEFAULTS: dict[str, ScriptedTurn] = {
+    "memory": {"text": '{"operations": []}'},
+    "title": {"text": ""},
+}
 
 MAX_RECORDED_CALLS = 1000  # a long benchmark must not keep every prompt it sent
 

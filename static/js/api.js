@@ -114,6 +114,8 @@ export const api = {
   messages: (chatId) => request("GET", `${chatPath(chatId)}/messages`),
   summary: (chatId) => request("GET", `${chatPath(chatId)}/summary`),
   rename: (chatId, title) => request("PATCH", chatPath(chatId), { title }),
+  pin: (chatId, pinned) => request("PATCH", chatPath(chatId), { pinned }),
+  search: (q) => request("GET", `/api/search?${new URLSearchParams({ q, limit: "20" })}`),
   /** `forgetMemories`: also delete the memories saved from this chat (else they stay). */
   remove: (chatId, { forgetMemories = false } = {}) =>
     request("DELETE", forgetMemories ? `${chatPath(chatId)}?forget_memories=true` : chatPath(chatId)),

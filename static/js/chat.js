@@ -23,6 +23,25 @@ const BUSY_RETRY_DELAY_MS = 250;
 const BUSY_RETRIES = 12;
 const RESUME_RETRIES = 5; // a dropped stream is followed again this often (the reply goes on)
 const RESUME_DELAY_MS = 500;
+const BRIEF_HIGHLIGHT_MS = 2500; // how long a search result's message stays marked
+
+/** Scroll the first text of `node` holding one of `words` (any case) to the middle of the view
+ *  (the whole message when none does). */
+function scrollToWords(node, words) {
+  const wanted = words.map((word) => word.toLowerCase()).filter(Boolean);
+  const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  let target = node;
+  for (let text = walker.nextNode(); text && wanted.length; text = walker.nextNode()) {
+    const data = text.data.toLowerCase();
+    if (wanted.some((word) => data.includes(word))) {
+      target = text.parentElement;
+      break;
+    }
+  }
+  // Instant: the replies just rendered keep the view at the bottom (scroll.js) until a scroll
+  // event says the reader left it, and a smooth scroll's first steps are still near the bottom.
+  target.scrollIntoView({ block: "center", behavior: "instant" });
+}
 
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
@@ -160,9 +179,10 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   }
 
   /** Show a chat; `highlight` (a message id) scrolls to that message and marks it, with the words
-   *  of `quote` marked inside it when given. */
-  async function open(chatId, { highlight = null, quote = null } = {}) {
-    if (highlight) shown.pointAt = { messageId: highlight, quote };
+   *  of `quote` marked inside it when given. `words` (a search result's matches): the highlight
+   *  lasts a moment, and a long message is scrolled to the first of them, not to its middle. */
+  async function open(chatId, { highlight = null, quote = null, words = null } = {}) {
+    if (highlight) shown.pointAt = { messageId: highlight, quote, words };
     else if (shown.chatId !== chatId) shown.pointAt = null;
     // A message sent in this view has no id on screen until the chat is read again.
     const stale = shown.pointAt && !shown.loading && !findMessage(shown.pointAt.messageId);
@@ -227,8 +247,15 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     shown.pointAt = null;
     if (!target) return;
     const node = findMessage(target.messageId);
-    if (node) highlightMessage(node, target.quote);
-    else toast("That message is not in this chat any more.", "error");
+    if (node) {
+      highlightMessage(node, target.quote, { scroll: !target.words });
+      if (target.words) {
+        // A search result's message: scrolled to the words found (once its Markdown is rendered,
+        // in the next frame), marked for a moment.
+        requestAnimationFrame(() => requestAnimationFrame(() => scrollToWords(node, target.words)));
+        setTimeout(() => node.classList.remove("highlighted"), BRIEF_HIGHLIGHT_MS);
+      }
+    } else toast("That message is not in this chat any more.", "error");
   }
 
   function renderSaved(messages) {
@@ -424,6 +451,8 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
       turn.markClosed();
       syncComposer();
       sidebar.load(); // the chat moved to the top of its day
+      // A new chat's title is generated after its first reply (chat/titles.py): pick it up.
+      if (turn.createdChat && turn.completed) sidebar.watchTitle(turn.chatId);
       if (turn.reloadAfter) reloadShown(turn.chatId);
     }
   }
@@ -479,6 +508,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         break;
       case "done":
         turn.phase = "saved";
+        turn.completed = true;
         turn.messageId = event.message_id;
         turn.view.root.dataset.messageId = event.message_id;
         offerNewVersions(turn);
@@ -517,6 +547,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   /** The first message of a draft created a chat: the draft becomes that chat. */
   function adoptNewChat(turn, event) {
     turns.delete(DRAFT);
+    turn.createdChat = true;
     turn.chatId = event.chat_id;
     turns.set(turn.chatId, turn);
     if (turn.stopWanted) requestStop(turn); // Stop was pressed before the chat existed

@@ -1,7 +1,8 @@
 // Start-up and the page-level wiring: routes (#/chat/<id>, #/chat/<id>/<message id> pointing at
 // one message, #/memory, #/documents, #/documents/<id>?chunk=<id>&page=N (a cited passage),
 // #/settings, or the new-chat draft), which view the main area shows, files dropped onto it, the
-// sidebar drawer on narrow screens, and global keys (Esc stops a streaming reply).
+// sidebar drawer on narrow screens, and global keys (Esc stops a streaming reply, Ctrl+K searches
+// the chats, Ctrl+Shift+O starts a new chat).
 
 import { setupAccount } from "./account.js";
 import { api, loadSession } from "./api.js";
@@ -16,6 +17,7 @@ import { createDocumentsPage } from "./documents-page.js";
 import { toast } from "./dom.js";
 import { createMemoryPage } from "./memory.js";
 import { createSettingsPage, loadPreferences } from "./settings-page.js";
+import { createSearch } from "./search.js";
 import { createSidebar } from "./sidebar.js";
 import { createViewer } from "./viewer.js";
 
@@ -94,6 +96,21 @@ const settingsPage = createSettingsPage({
   onMemoryPausedChange: (paused) => chat.setMemoryPaused(paused),
   onUseWebDefault: (on) => composer.setWebDefault(on),
 });
+// Messages opened from a search result, with the words that matched: marked for a moment only,
+// scrolled to those words (chat.js).
+const briefly = new Map();
+const search = createSearch({
+  onOpen: async (hit) => {
+    if (hit.message_id && !hit.on_branch) {
+      // An earlier version of a message: show its branch first, as picking that version does.
+      await api.showVersion(hit.chat_id, hit.message_id).catch(() => {});
+    }
+    if (hit.message_id) briefly.set(hit.message_id, (hit.snippet || []).filter((p) => p.match).map((p) => p.text));
+    const hash = hit.message_id ? `#/chat/${hit.chat_id}/${hit.message_id}` : `#/chat/${hit.chat_id}`;
+    if (location.hash === hash) route();
+    else location.hash = hash;
+  },
+});
 const viewer = createViewer({ onTitle: (title) => setPageTitle(title) });
 
 function setPageTitle(title) {
@@ -155,7 +172,9 @@ function route() {
     showView("chat");
     if (match) {
       const messageId = match[2]?.toLowerCase();
-      chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId) });
+      // Kept, not taken: a hash change fires both hashchange and popstate, so this runs twice.
+      const words = messageId && briefly.get(messageId);
+      chat.open(target, { highlight: messageId, quote: messageId && quotes.get(messageId), words });
     } else {
       chat.showDraft();
     }
@@ -214,6 +233,7 @@ document.getElementById("brand").addEventListener("click", (event) => {
   event.preventDefault();
   newChat();
 });
+document.getElementById("search-chats").addEventListener("click", () => search.open());
 document.getElementById("show-summary").addEventListener("click", () => chat.openSummary());
 document.getElementById("open-sidebar").addEventListener("click", () => drawer.open());
 document.getElementById("close-sidebar").addEventListener("click", () => drawer.close({ restoreFocus: true }));
@@ -225,6 +245,18 @@ document.getElementById("sidebar").addEventListener("click", (event) => {
 });
 narrow.addEventListener("change", () => drawer.close());
 
+// Ctrl+K (⌘K on a Mac) searches the chats, Ctrl+Shift+O (⌘⇧O) starts a new one, as in ChatGPT.
+document.addEventListener("keydown", (event) => {
+  if (!(event.ctrlKey || event.metaKey) || event.altKey || event.isComposing) return;
+  const key = event.key.toLowerCase();
+  if (key === "k" && !event.shiftKey) {
+    event.preventDefault();
+    if (!document.querySelector("dialog[open]:not(#search-dialog)")) search.open();
+  } else if (key === "o" && event.shiftKey && !document.querySelector("dialog[open]")) {
+    event.preventDefault();
+    newChat();
+  }
+});
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape" || event.defaultPrevented || document.querySelector("dialog[open]")) return;
   if (chatShown() && chat.isStreaming()) {

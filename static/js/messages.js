@@ -93,7 +93,7 @@ function versionSwitch(versions, messageId, onPick) {
  * visible highlight and, when `quote` is given and found in a user message, mark those words.
  * The marked words are split out of the text node, so the message stays plain text.
  */
-export function highlightMessage(node, quote) {
+export function highlightMessage(node, quote, { scroll = true } = {}) {
   for (const old of node.parentElement?.querySelectorAll(".msg.highlighted") || []) unhighlight(old);
   node.classList.add("highlighted");
   const bubble = node.querySelector(".bubble");
@@ -106,6 +106,7 @@ export function highlightMessage(node, quote) {
   }
   node.tabIndex = -1;
   node.focus({ preventScroll: true });
+  if (!scroll) return; // the caller scrolls to a part of it
   const reduce = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
   node.scrollIntoView({ block: "center", behavior: reduce ? "instant" : "smooth" });
 }

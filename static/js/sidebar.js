@@ -1,6 +1,7 @@
-// The chat list: newest activity first, grouped by day, filtered by title on the server, with
-// rename (inline) and delete (after a confirmation, which can also forget the memories the chat
-// gave). Temporary chats carry a badge. Items are plain links (#/chat/<id>), so opening one is
+// The chat list: pinned chats first (under "Pinned"), then newest activity first, grouped by day,
+// filtered by title on the server, with pin/unpin, rename (inline) and delete (after a
+// confirmation, which can also forget the memories the chat gave). A new chat's title, generated
+// after its first reply, is picked up by reading the list again (`watchTitle`). Temporary chats carry a badge. Items are plain links (#/chat/<id>), so opening one is
 // ordinary navigation: keyboard, middle-click and the Back button all work.
 
 import { api } from "./api.js";
@@ -8,6 +9,9 @@ import { confirmDialog } from "./dialogs.js";
 import { announce, el, icon, toast } from "./dom.js";
 
 const FILTER_DELAY_MS = 200;
+// A new chat's generated title is written after its reply, by whichever server process: the list
+// is read again after these waits until the chat's title is no longer its first one.
+const TITLE_WAITS_MS = [700, 1500, 3000, 6000];
 
 export function chatHref(chatId) {
   return `#/chat/${chatId}`;
@@ -47,7 +51,9 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
       return;
     }
     const groups = new Map();
-    for (const chat of chats) {
+    const pinned = chats.filter((chat) => chat.pinned);
+    if (pinned.length) groups.set("Pinned", pinned);
+    for (const chat of chats.filter((c) => !c.pinned)) {
       const label = dayGroup(chat.updated_at);
       if (!groups.has(label)) groups.set(label, []);
       groups.get(label).push(chat);
@@ -76,14 +82,16 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
     if (chat.temporary) {
       link.append(el("span", { class: "badge badge-temporary small", text: "Temporary", "aria-label": "(temporary chat)" }));
     }
+    const pin = el("button", { type: "button", class: "icon-button small", "aria-label": `${chat.pinned ? "Unpin" : "Pin"} chat: ${chat.title}`, title: chat.pinned ? "Unpin" : "Pin" }, icon("pin"));
     const rename = el("button", { type: "button", class: "icon-button small", "aria-label": `Rename chat: ${chat.title}`, title: "Rename" }, icon("pencil"));
     const remove = el("button", { type: "button", class: "icon-button small", "aria-label": `Delete chat: ${chat.title}`, title: "Delete" }, icon("trash"));
     const row = el(
       "li",
-      { class: "chat-item", dataset: { chatId: chat.chat_id } },
+      { class: chat.pinned ? "chat-item pinned" : "chat-item", dataset: { chatId: chat.chat_id } },
       link,
-      el("div", { class: "chat-actions" }, rename, remove),
+      el("div", { class: "chat-actions" }, rename, pin, remove),
     );
+    pin.addEventListener("click", () => togglePin(chat));
     rename.addEventListener("click", () => startRename(row, chat));
     remove.addEventListener("click", () => confirmDelete(chat, remove));
     return row;
@@ -127,6 +135,19 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
       }
     });
     input.addEventListener("blur", () => finish(true));
+  }
+
+  async function togglePin(chat) {
+    try {
+      const updated = await api.pin(chat.chat_id, !chat.pinned);
+      chat.pinned = updated.pinned;
+      announce(updated.pinned ? `Pinned ${updated.title}` : `Unpinned ${updated.title}`);
+    } catch (error) {
+      toast(`Could not ${chat.pinned ? "unpin" : "pin"} the chat: ${error.message}`, "error");
+      return;
+    }
+    await load(); // the server's order: pinned first, then by activity
+    list.querySelector(`[data-chat-id="${CSS.escape(chat.chat_id)}"] .chat-link`)?.focus();
   }
 
   async function confirmDelete(chat, button) {
@@ -177,6 +198,7 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
     load,
     /** Put a chat at the top (it just got a message); keeps the filter's view honest. */
     upsert(chat) {
+      chat = { ...chats.find((c) => c.chat_id === chat.chat_id), ...chat }; // keeps `pinned`
       chats = chats.filter((c) => c.chat_id !== chat.chat_id);
       if (!query || chat.title.toLowerCase().includes(query.toLowerCase())) chats.unshift(chat);
       render();
@@ -186,6 +208,15 @@ export function createSidebar({ onDeleted, onRenamed, onLoaded = () => {} }) {
       for (const link of list.querySelectorAll(".chat-link")) {
         if (link.closest(".chat-item").dataset.chatId === chatId) link.setAttribute("aria-current", "page");
         else link.removeAttribute("aria-current");
+      }
+    },
+    /** Read the list again until the new chat's generated title is in (or a few tries passed). */
+    async watchTitle(chatId) {
+      for (const wait of TITLE_WAITS_MS) {
+        await new Promise((resolve) => setTimeout(resolve, wait));
+        await load();
+        const chat = chats.find((c) => c.chat_id === chatId);
+        if (!chat || chat.title_source !== "auto") return;
       }
     },
     titleOf(chatId) {
