@@ -33,9 +33,11 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from chat.auth import user_of
 from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, MessageNotFound, start_turn
 from chat.turn_jobs import TurnJobs, follow_turn, request_stop
+from chat.user_errors import web_search_status
 from core import accounts, chat_store, memory_store, turn_store
 from core.api_schema import NON_BLANK_TEXT, event_stream_route
 from core.http_errors import errors
+from core.model_names import friendly_name
 from core.preferences import memory_paused
 from core.services import Services
 
@@ -44,7 +46,7 @@ router = APIRouter(prefix="/api")
 HEARTBEAT_SECONDS = 10
 DELETE_WAIT_SECONDS = 5  # deleting a chat waits this long at most for its reply to stop
 MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
-                  "error", "sent_at", "versions")  # fmt: skip
+                  "error", "sent_at", "versions", "model", "notes")  # fmt: skip
 CHAT_FIELDS = ("chat_id", "title", "temporary", "created_at", "updated_at")
 
 
@@ -137,7 +139,9 @@ async def _stream(
 ) -> Response:
     services = services_of(request)
     if use_web and services.search_provider is None:
-        raise HTTPException(400, f"Web search is not available: {services.features['web_search']}.")
+        status = services.features["web_search"]
+        # A sentence to act on ("Web search is off: add a Tavily key in .env (see README).").
+        raise HTTPException(400, web_search_status(status) or f"Web search is off: {status}.")
     user = user_of(request)
     await _within_limits(request, user)
     try:
@@ -202,12 +206,15 @@ async def client_config(request: Request) -> dict[str, Any]:
     why, so the "Use web tool" box can say so)."""
     services = services_of(request)
     available = services.search_provider is not None
+    status = services.features["web_search"]
     return {
         "max_message_chars": MAX_MESSAGE_CHARS,
         "memory": {"paused": await memory_paused(services.database.pool, user_of(request).user_id)},
         "web_search": {
             "available": available,
-            "reason": None if available else services.features["web_search"],
+            "reason": None if available else status,
+            # The reason as a sentence to act on ("Web search is off: add a Tavily key…").
+            "message": None if available else web_search_status(status),
         },
     }
 
@@ -339,6 +346,7 @@ async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, 
     return [
         {
             **public(row, MESSAGE_FIELDS),
+            "model_name": friendly_name(row["model"]),
             "memories": [
                 {"memory_id": str(i), "content": contents[i]}
                 for i in row["memory_ids"]

@@ -395,7 +395,7 @@ async def test_retry_keeps_use_web_as_first_sent(client, chat_services: Services
     retry_path = f"/api/chats/{chat['chat_id']}/messages/{question['message_id']}/retry"
     # This server has no search provider: asking for the web is refused, so it was asked for.
     response = await client.post(retry_path)
-    assert response.status_code == 400 and "Web search is not available" in response.json()["error"]
+    assert response.status_code == 400 and "Web search is off" in response.json()["error"]
     response = await client.post(retry_path, json={"use_web": "yes please"})
     assert response.status_code == 422
 
