@@ -26,7 +26,9 @@ from chat.steps import short_id, step_event
 from chat.summary import FOLD_AT_UNSUMMARISED
 from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
+from chat.user_errors import note_answer, web_search_failed
 from core import chat_store
+from core.model_names import friendly_name
 from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
@@ -176,6 +178,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     try:
         for continuation in range(MAX_CONTINUATIONS + 1):
             stream = await _stream_chat(turn, messages, tools, tool_choice, force_search, calls)
+            note_answer(turn, stream)
             finish = None
             async for chunk in stream:
                 if not chunk.choices:
@@ -462,6 +465,8 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
         # An error may quote what failed (a search service's answer, the model's own arguments).
         content = json.dumps({"error": f"Tool {name} failed: {untrusted(failure)}"})
         log.warning("Chat %s: tool %s failed: %s", short_id(turn.chat_id), name, failure)
+        if name == "web_search":  # the user asked for the web, or expects it: say it failed
+            turn.add_note(web_search_failed(failure, turn.chat_id))
     duration_ms = round((time.monotonic() - started) * 1000)
     writer(
         {"type": "tool_end", "id": call["id"], "name": name, "ok": failure is None,
@@ -516,5 +521,8 @@ async def save_turn(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
         len(state.get("reply", "")),
         (time.monotonic() - turn.started) * 1000,
     )
-    get_stream_writer()({"type": "done", "message_id": message_id})
+    get_stream_writer()(
+        {"type": "done", "message_id": message_id, "model": turn.model,
+         "model_name": friendly_name(turn.model), "notes": list(turn.notes)}
+    )  # fmt: skip
     return {"assistant_message_id": message_id}

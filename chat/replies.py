@@ -28,6 +28,8 @@ DATABASE_ERRORS = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
 class ReplyNotSaved(RuntimeError):
     """The database stayed unreachable: the reply could not be saved."""
 
+    plain = True  # its text is a sentence for the user (chat/user_errors.py)
+
 
 async def save_reply(context: TurnContext, text: str, **fields: Any) -> dict[str, Any]:
     """Save the assistant's reply (with the memories it used) and, in the same transaction, queue
@@ -58,7 +60,7 @@ async def _save(context: TurnContext, text: str, **fields: Any) -> dict[str, Any
         message = await chat_store.add_message(
             conn, context.chat_id, "assistant", text, steps=context.steps,
             memory_ids=list(context.memories), reply_to=context.user_message_id,
-            run_id=context.run_id, **fields,
+            run_id=context.run_id, model=context.model, notes=list(context.notes), **fields,
         )  # fmt: skip
         if context.memory != "off":
             await memory_jobs.enqueue(conn, context.user_message_id, context.chat_id)

@@ -34,9 +34,11 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from chat.auth import user_of
 from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, MessageNotFound, start_turn
 from chat.turn_jobs import TurnJobs, follow_turn, request_stop
+from chat.user_errors import web_search_status
 from core import accounts, chat_store, memory_store, turn_store
 from core.api_schema import NON_BLANK_TEXT, event_stream_route
 from core.http_errors import errors
+from core.model_names import friendly_name
 from core.preferences import get_preferences
 from core.services import Services
 
@@ -45,7 +47,7 @@ router = APIRouter(prefix="/api")
 HEARTBEAT_SECONDS = 10
 DELETE_WAIT_SECONDS = 5  # deleting a chat waits this long at most for its reply to stop
 MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
-                  "error", "sent_at", "versions")  # fmt: skip
+                  "error", "sent_at", "versions", "model", "notes")  # fmt: skip
 CHAT_FIELDS = ("chat_id", "title", "title_source", "temporary", "pinned", "created_at",
                "updated_at")  # fmt: skip
 
@@ -166,7 +168,9 @@ async def _stream(
 ) -> Response:
     services = services_of(request)
     if use_web and services.search_provider is None:
-        raise HTTPException(400, f"Web search is not available: {services.features['web_search']}.")
+        status = services.features["web_search"]
+        # A sentence to act on ("Web search is off: add a Tavily key in .env (see README).").
+        raise HTTPException(400, web_search_status(status) or f"Web search is off: {status}.")
     user = user_of(request)
     await _within_limits(request, user)
     try:
@@ -232,13 +236,17 @@ async def client_config(request: Request) -> dict[str, Any]:
     services = services_of(request)
     preferences = await get_preferences(services.database.pool, user_of(request).user_id)
     available = services.search_provider is not None
-    reason = None if available else services.features["web_search"]
+    status = services.features["web_search"]
+    reason = None if available else status
+    message = None if available else web_search_status(status)
     if available and "web_search" in preferences["disabled_tools"]:
         available, reason = False, "off (you switched it off in Settings)"
+        message = "Web search is off: you switched it off in Settings."
     return {
         "max_message_chars": MAX_MESSAGE_CHARS,
         "memory": {"paused": preferences["memory_paused"]},
-        "web_search": {"available": available, "reason": reason},
+        # The reason as a sentence to act on ("Web search is off: add a Tavily key…").
+        "web_search": {"available": available, "reason": reason, "message": message},
     }
 
 
@@ -369,6 +377,7 @@ async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, 
     return [
         {
             **public(row, MESSAGE_FIELDS),
+            "model_name": friendly_name(row["model"]),
             "memories": [
                 {"memory_id": str(i), "content": contents[i]}
                 for i in row["memory_ids"]

@@ -27,9 +27,9 @@ from chat.replies import ReplyNotSaved, save_reply
 from chat.state import TurnContext
 from chat.steps import short_id
 from chat.turn_recovery import recover_turn
+from chat.user_errors import reply_failed
 from core import chat_store
 from core.preferences import get_preferences
-from core.redact import redact
 from core.services import Services
 
 log = logging.getLogger("resolveai.chat")
@@ -229,8 +229,8 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             await asyncio.shield(_save_partial(turn, "".join(reply), "interrupted", None))
         raise
     except Exception as error:
-        message = str(error) if isinstance(error, ReplyNotSaved) else readable_error(error)
-        log.error("Chat %s: reply failed: %s", short_id(context.chat_id), message)
+        # The user reads a sentence and a ref; the raw reason is logged with that ref.
+        message = reply_failed(error, context.chat_id)
         if not saved and not isinstance(error, ReplyNotSaved):
             try:
                 await _save_partial(turn, "".join(reply), "error", message)
@@ -259,11 +259,3 @@ async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -
     context = turn.context
     await save_reply(context, text, status=status, error=error)
     log.info("Chat %s: reply saved as %s (%d chars)", short_id(context.chat_id), status, len(text))
-
-
-def readable_error(error: BaseException) -> str:
-    """What the user is told when a reply fails: the first line of the reason, kept short, any
-    secret in it (a provider echoing its key) masked."""
-    lines = redact(str(error)).strip().splitlines()
-    reason = lines[0][:300] if lines else type(error).__name__
-    return f"The assistant could not finish this reply ({reason}). Please try again."

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
+from core.model_names import Answered
 from core.services import Services
 
 
@@ -51,6 +52,10 @@ class TurnContext:
     # and the tools they switched off (never offered, never run).
     time_zone: str | None = None
     tools_off: frozenset[str] = frozenset()
+    # The deployments that answered this turn's model calls, in order (the last wrote the reply),
+    # and plain sentences shown with the reply (a fallback answered, web search off or failed).
+    answered: list[Answered] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     # What build_prompt read: "unsummarised", the messages its summary does not cover.
     seen: dict[str, int] = field(default_factory=dict)
     # The memories recalled or retrieved for the reply, in order (saved with it).
@@ -61,6 +66,15 @@ class TurnContext:
     # is cancelled (a client gone, Stop), so the turn cancels them itself (`stop_work`): else a
     # model goes on writing a reply nobody reads.
     work: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def model(self) -> str | None:
+        """The LiteLLM model that wrote the reply (its last model call's)."""
+        return self.answered[-1].model if self.answered else None
+
+    def add_note(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
 
     def stop_work(self) -> None:
         for task in list(self.work):

@@ -33,6 +33,7 @@ from chat.document_recall import RECALL_LIMIT, document_source
 from chat.memory_recall import about_the_past, note_memories
 from chat.state import turn_of
 from chat.steps import step_event
+from chat.user_errors import note_answer
 from core import memory_store
 from core.calculator import CalculatorError, evaluate, format_number
 from core.clock import MAX_ZONE_CHARS, now_in, utc_offset
@@ -276,6 +277,7 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
         publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
         metadata=lambda name: trace_metadata(turn.trace_id, str(turn.chat_id), name),
         embedding_cache=turn.embedding_cache,
+        answered=lambda response: note_answer(turn, response),
         chunks_kept=chunks_kept_for(turn.services.model_plan),
         # A chat model without tools cannot search again: this search answers, whatever it found.
         last=not turn.services.model_plan.capability("chat", "tools"),

@@ -25,9 +25,10 @@ from typing import Any
 
 import psycopg
 
-from chat.runner import Turn, readable_error, stream_turn
+from chat.runner import Turn, stream_turn
 from chat.steps import short_id
 from chat.turn_recovery import STOPPED, recover_turn
+from chat.user_errors import reply_ended, reply_failed
 from core import chat_store, turn_store
 from core.services import Services
 from core.turn_store import FINAL_EVENTS
@@ -59,6 +60,7 @@ class TurnJob:
         self._ended = asyncio.Event()  # the reply is over: the flusher and watcher stop
         self.task: asyncio.Task[None] | None = None
         self.failure: str | None = None  # why the turn was ended, when not by a Stop
+        self.failure_detail: str | None = None  # the raw reason behind it (logged only)
 
     def publish(self, event: dict[str, Any]) -> None:
         self.events.append(event)
@@ -77,10 +79,12 @@ class TurnJob:
                 return
             await self._wake.wait()
 
-    def stop(self, failure: str | None = None) -> None:
-        """End the turn: stopped by the user, or (`failure`) for that reason, as an error."""
+    def stop(self, failure: str | None = None, detail: str | None = None) -> None:
+        """End the turn: stopped by the user, or (`failure`, a plain reason; `detail`, the raw
+        one, logged) for that reason, as an error."""
         if self.task is not None and not self.task.done() and not self._ended.is_set():
-            self.failure = self.failure or failure
+            if self.failure is None:
+                self.failure, self.failure_detail = failure, detail
             self._ended.set()  # once: a second cancel would cut the reply's saving short
             self.task.cancel()
 
@@ -97,14 +101,13 @@ class TurnJob:
             if self.failure is None:
                 self.publish(STOPPED)
             else:
-                log.warning("Chat %s: reply ended: %s", short_id(self.chat_id), self.failure)
-                message = f"The reply was ended ({self.failure}). What it wrote so far is saved."
+                message = reply_ended(self.failure, self.failure_detail, self.chat_id)
                 self.publish({"type": "error", "message": message})
         except chat_store.ChatNotFound:
             self.publish({"type": "error", "message": "This chat was deleted."})
         except Exception as error:  # stream_turn reports the graph's own failures as events
             log.exception("Chat %s: the reply could not be saved", short_id(self.chat_id))
-            self.publish({"type": "error", "message": readable_error(error)})
+            self.publish({"type": "error", "message": reply_failed(error, self.chat_id)})
         finally:
             # Not cancelled: a statement cut off mid-flight could leave its connection unusable.
             # They end at their next tick, after the statement in hand.
@@ -191,7 +194,7 @@ class TurnJob:
                 )
             except Exception as error:
                 if now - renewed > lease:
-                    return self.stop(f"the database did not answer ({error})")
+                    return self.stop("the database did not answer", str(error))
                 continue
             if claimed is None:
                 return self.stop("another server took this chat over")

@@ -45,9 +45,11 @@ STREAM_EVENTS = {
     "tool_start": "a tool call begins: `id`, `name`, `args`",
     "tool_end": "a tool call ended: `id`, `name`, `ok`",
     "sources": "the web sources cited: `sources` [{`n`, `title`, `url`}]",
-    "done": "the reply is complete and saved: `message_id` (last event)",
+    "done": "the reply is complete and saved: `message_id`, `model` (the LiteLLM model that "
+    "wrote it), `model_name` (as shown), `notes` (plain sentences shown with it) (last event)",
     "interrupted": "stopped (Stop, or the server went away); the reply so far is saved (last)",
-    "error": "the reply failed: `message`; what was written is saved (last event)",
+    "error": "the reply failed: `message` (a sentence ending with a ref the log names); what "
+    "was written is saved (last event)",
     "heartbeat": "every 10 s while nothing else is sent; no id",
 }
 

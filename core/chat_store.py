@@ -36,7 +36,7 @@ STATUSES = ("complete", "interrupted", "error", "streaming")
 
 _MESSAGE_COLUMNS = (
     "message_id, chat_id, role, content, status, sources, steps, tool_calls, error, sent_at,"
-    " memory_ids, reply_to, parent_id"
+    " memory_ids, reply_to, parent_id, model, notes"
 )
 # The chat's head: the message `head_id` names, or its latest message if that one is gone
 # (head_id is no foreign key, see migration 0007). `c` is the chats row.
@@ -299,9 +299,12 @@ async def add_message(
     reply_to: uuid.UUID | None = None,
     run_id: uuid.UUID | None = None,
     parent: uuid.UUID | str | None = HEAD,
+    model: str | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, Any]:
     """Add a message and mark the chat as just used; raises `ChatNotFound`. `memory_ids`: the
-    memories recalled or retrieved for an assistant reply.
+    memories recalled or retrieved for an assistant reply; `model`: the LiteLLM model that wrote
+    it (core/model_names.py); `notes`: plain sentences shown with it (a fallback answered…).
 
     Where it goes: a reply (`reply_to`, its user message) under that message; a user message
     after the chat's head (`parent=HEAD`), or after `parent` (an edited question's version: the
@@ -323,14 +326,16 @@ async def add_message(
             f"  CASE WHEN %(at_head)s THEN {_HEAD} ELSE %(parent)s::uuid END AS parent_id"
             "  FROM chats AS c WHERE c.chat_id = %(chat)s),"
             " added AS (INSERT INTO messages (chat_id, role, content, status, sources, steps,"
-            "  tool_calls, error, memory_ids, reply_to, parent_id, run_id)"
+            "  tool_calls, error, memory_ids, reply_to, parent_id, run_id, model, notes)"
             "  SELECT chat_id, %(role)s, %(content)s, %(status)s, %(sources)s, %(steps)s,"
-            "  %(tool_calls)s, %(error)s, %(memory_ids)s, %(reply_to)s, parent_id, %(run)s"
+            "  %(tool_calls)s, %(error)s, %(memory_ids)s, %(reply_to)s, parent_id, %(run)s,"
+            "  %(model)s, %(notes)s"
             "  FROM chat"
             "  ON CONFLICT (run_id) WHERE run_id IS NOT NULL DO UPDATE SET"
             "  content = EXCLUDED.content, status = EXCLUDED.status, sources = EXCLUDED.sources,"
             "  steps = EXCLUDED.steps, tool_calls = EXCLUDED.tool_calls, error = EXCLUDED.error,"
-            "  memory_ids = EXCLUDED.memory_ids WHERE messages.status <> 'complete'"
+            "  memory_ids = EXCLUDED.memory_ids, model = COALESCE(EXCLUDED.model, messages.model),"
+            "  notes = EXCLUDED.notes WHERE messages.status <> 'complete'"
             f"  RETURNING {_MESSAGE_COLUMNS}),"
             " moved AS (UPDATE chats AS c SET updated_at = now(), head_id = CASE"
             "  WHEN added.role = 'user' OR c.head_id IS NOT DISTINCT FROM added.parent_id"
@@ -346,6 +351,8 @@ async def add_message(
                 "steps": Jsonb(steps or []),
                 "tool_calls": Jsonb(tool_calls or []),
                 "error": error,
+                "model": model,
+                "notes": Jsonb(notes or []),
                 "memory_ids": list(memory_ids or []),
                 "reply_to": reply_to,
                 "run": run_id,

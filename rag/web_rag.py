@@ -35,6 +35,7 @@ CHUNKS_KEPT = 20
 # take minutes, so it reads only the best 6 (~1,300 tokens with the rest: about a minute). 5 cut a
 # web answer from 78 to 66 s but answered 0 of 2 eval questions instead of 1 (n=2: a hint only).
 CHUNKS_FOR_LOCAL_MODEL = 6
+PASSAGE_CHARS = 600  # of a source's best chunk kept with the reply, for its citation's preview
 
 
 def chunks_kept_for(model_plan: ModelPlan) -> int:
@@ -50,7 +51,10 @@ class Source:
     texts: list[str] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
-        return {"n": self.n, "title": self.title, "url": self.url}
+        """As saved with the reply and sent to the browser: with its best passage (the chunk
+        ranked highest), which the citation's preview quotes."""
+        best = self.texts[0][:PASSAGE_CHARS] if self.texts else ""
+        return {"n": self.n, "title": self.title, "url": self.url, "text": best}
 
 
 @dataclass
@@ -82,6 +86,8 @@ class WebSearchRound:
     # No search can follow this one (a chat model without tools): a check could only lead to
     # "not enough", and on the local model it costs as much as the answer (it reads every chunk).
     last: bool = False
+    # Told which deployment wrote the answer (the Router's response, before it is read).
+    answered: Callable[[Any], Any] = lambda response: None
 
     async def run(self) -> RoundResult:
         self.step(f"Searching the web for “{self.query}”")
@@ -147,6 +153,7 @@ class WebSearchRound:
             stream=True,
             metadata=self.metadata("web answer"),
         )
+        self.answered(stream)
         citations = CitationNormalizer(source_count)
         shown: list[str] = []
         async for chunk in stream:

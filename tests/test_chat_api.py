@@ -181,14 +181,15 @@ async def test_provider_failure_is_reported_and_the_message_kept(client, model) 
     model.push({"error": "service unavailable"})
     events = await send(client, "Are you there?")
     assert types(events)[-1] == "error"
-    assert "service unavailable" in events[-1]["message"]
+    # In words a user can act on, with a ref to the log line (test_reply_transparency.py).
+    assert "unavailable" in events[-1]["message"] and "(ref " in events[-1]["message"]
     assert "done" not in types(events)
     saved = await messages_of(client, events[0]["chat_id"])
     assert [(m["role"], m["content"], m["status"]) for m in saved] == [
         ("user", "Are you there?", "complete"),
         ("assistant", "", "error"),
     ]
-    assert "service unavailable" in saved[1]["error"]
+    assert saved[1]["error"] == events[-1]["message"]
 
 
 async def test_reply_cut_short_by_a_failure_keeps_its_text(client, model) -> None:

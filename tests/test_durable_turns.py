@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import signal
 import time
 import uuid
@@ -395,7 +396,7 @@ async def test_retry_keeps_use_web_as_first_sent(client, chat_services: Services
     retry_path = f"/api/chats/{chat['chat_id']}/messages/{question['message_id']}/retry"
     # This server has no search provider: asking for the web is refused, so it was asked for.
     response = await client.post(retry_path)
-    assert response.status_code == 400 and "Web search is not available" in response.json()["error"]
+    assert response.status_code == 400 and "Web search is off" in response.json()["error"]
     response = await client.post(retry_path, json={"use_web": "yes please"})
     assert response.status_code == 422
 
@@ -510,11 +511,12 @@ async def test_a_database_down_for_good_ends_the_reply_with_a_clear_error_then_r
     model.push({"text": words(40), "delay": 0.03})
     async with server_through(proxy, chat_services) as http:
         events = await stream_cutting_the_database(http, proxy, back_after=None)
-        assert events[-1] == {
-            "type": "error",
-            "message": "The reply could not be saved: the database is not answering. Try again"
-            " once it is back.",
-        }
+        assert events[-1]["type"] == "error"
+        assert re.fullmatch(
+            r"The reply could not be saved: the database is not answering\. Try again once it"
+            r" is back\. \(ref [0-9a-f]{6}\)",
+            events[-1]["message"],
+        ), events[-1]["message"]
         proxy.restore()
         # No restart needed: once the pool has reconnected (503 meanwhile) and the ended turn
         # has given the chat back (409 meanwhile), the chat takes a message again.

@@ -273,7 +273,8 @@ async def test_a_new_chat_streams_markdown_and_a_reload_keeps_it(ui: UI, model) 
     assert "great" not in await reply.locator(".markdown").inner_text()
     await expect(page.locator("#stop")).to_be_visible()
     await expect(page.locator("#send")).to_be_hidden()
-    await expect(reply.locator(".steps-live")).to_be_visible()
+    # No tool, text streaming: no steps line (test_ui_citations.py has the rule).
+    await expect(reply.locator(".steps-live")).to_be_hidden()
     # The draft became a chat: in the address bar and at the top of the sidebar.
     await expect(page.locator(".chat-link").first).to_have_text(question)
     await expect(page.locator(".chat-link").first).to_have_attribute("aria-current", "page")
@@ -292,7 +293,12 @@ async def test_a_new_chat_streams_markdown_and_a_reload_keeps_it(ui: UI, model) 
     await expect(markdown.locator("strong")).to_have_text("great")
     assert await markdown.locator("pre code .hljs-keyword").count() >= 2  # highlighted
     await expect(reply.locator(".code-lang")).to_have_text("python")
-    await expect(reply.locator(".steps-toggle")).to_have_text(re.compile(r"^1 step · \d+\.\d s$"))
+    # No tool ran: a steps line only if the reply took over 3 s (a busy machine), and then it says
+    # so (test_ui_citations.py has the rule).
+    steps_line = reply.locator(".steps")
+    if await steps_line.is_visible():
+        took = re.search(r"· ([\d.]+) s$", await steps_line.inner_text())
+        assert took and float(took.group(1)) > 3, await steps_line.inner_text()
     before = await page.locator("#messages").inner_text()
 
     # Copy buttons: the code block's copies the code, the message's copies its Markdown.
@@ -343,8 +349,8 @@ async def test_enter_sends_and_shift_enter_adds_a_line(ui: UI, model) -> None:
         await expect(checkbox).to_be_enabled()
     else:
         await expect(checkbox).to_be_disabled()
-        reason = re.sub(r"^off \((.*)\)$", r"\1", web["reason"])  # "off (X not set)" → "X not set"
-        await expect(page.locator("#web-reason")).to_contain_text(reason)
+        # In words to act on: "Web search is off: add a Tavily key in .env (see README)."
+        await expect(page.locator("#web-reason")).to_have_text(web["message"])
 
 
 async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> None:
@@ -352,7 +358,7 @@ async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> Non
     model.push(
         tool_call("save_memory", content=fact, quote="I grow tomatoes"),
         tool_call("retrieve_memory", query="What does the user grow?"),
-        {"text": "Noted: tomatoes. " + "They like sun. " * 12, "delay": 0.08},
+        {"text": "Noted: tomatoes. " + "They like sun. " * 4, "delay": 0.4},
     )
     await ui.open()
     await ui.send("I grow tomatoes on my balcony.")
@@ -364,7 +370,7 @@ async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> Non
 
     await expect(reply).to_have_attribute("data-status", "complete", timeout=15_000)
     toggle = reply.locator(".steps-toggle")
-    await expect(toggle).to_have_text(re.compile(r"^5 steps · \d+\.\d s$"))
+    await expect(toggle).to_have_text(re.compile(r"^5 steps · \d+(\.\d)? s$"))
     await expect(toggle).to_have_attribute("aria-expanded", "false")
     steps = reply.locator(".steps-list")
     await expect(steps).to_be_hidden()
@@ -380,14 +386,14 @@ async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> Non
             "Thinking about what the tools found",
         ]
     )
-    await expect(steps.locator(".step-tool")).to_have_text([re.compile(r"^took \d+")] * 2)
-    await expect(steps.locator(".step-time").first).to_have_text(re.compile(r"^\d+\.\d s$"))
+    # Each step's duration (a tool's own time for its step), not its offset from Send.
+    await expect(steps.locator(".step-time")).to_have_text([re.compile(r"^\d+\.\d s$")] * 5)
 
     await ui.page.reload()  # saved steps and tool timings come back the same
     reply = ui.assistant()
     await expect(reply.locator(".steps-toggle")).to_have_text(re.compile(r"^5 steps · "))
     await reply.locator(".steps-toggle").click()
-    await expect(reply.locator(".step-tool")).to_have_count(2)
+    await expect(reply.locator(".step-time")).to_have_count(5)
 
 
 async def test_a_reload_mid_reply_shows_it_and_follows_it_to_the_end(ui: UI, model) -> None:
@@ -457,7 +463,7 @@ async def test_a_failed_reply_shows_the_error_and_retry_works(ui: UI, model) -> 
     await ui.send("Are you there?")
     reply = ui.assistant()
     error = reply.locator(".error-box")
-    await expect(error).to_contain_text("service unavailable")
+    await expect(error).to_contain_text("The model is unavailable right now")
     await expect(reply).to_have_attribute("data-status", "error")
     await ui.shot("desktop-light-error")
 
@@ -486,7 +492,7 @@ async def test_a_failed_reply_shows_the_error_and_retry_works(ui: UI, model) -> 
     # A reply that failed and was saved so, retried after a reload, the same way.
     model.push({"error": "service unavailable"})
     await ui.send("And now?")
-    await expect(ui.assistant(1).locator(".error-box")).to_contain_text("service unavailable")
+    await expect(ui.assistant(1).locator(".error-box")).to_contain_text("unavailable")
     await page.reload()
     model.push({"text": "Still here."})
     await ui.assistant(1).get_by_role("button", name="Retry").click()

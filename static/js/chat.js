@@ -511,6 +511,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         turn.completed = true;
         turn.messageId = event.message_id;
         turn.view.root.dataset.messageId = event.message_id;
+        turn.view.setModel(event.model_name, event.notes);
         offerNewVersions(turn);
         turn.view.complete("complete", elapsed(turn));
         announce("Reply finished");

@@ -1,9 +1,11 @@
 // The popover of a citation link: hovering or focusing `[n]` shows the source's title and
-// address; for a passage of one of the user's documents, the file and page and the passage's
-// first words. One shared element, positioned next to the link (CSSOM, which the CSP allows).
+// address and the cited passage's first words (a web page's best chunk; for one of the user's
+// documents, the file and page too). One shared element, positioned next to the link (CSSOM,
+// which the CSP allows).
 //
-// On a touch screen (or a phone-sized window) there is no hover: the first tap on a document's
-// `[n]` shows its popover, with a button to open the passage; a second tap on it opens it too.
+// On a touch screen (or a phone-sized window) there is no hover: the first tap on any `[n]` shows
+// its popover, with a button to open the page (a new tab) or the passage (the viewer); a second
+// tap on it opens it too.
 // Following a document citation (from `[n]`, the popover or the Sources list) remembers the
 // passage, so the viewer can show it even if the document was deleted since.
 
@@ -35,7 +37,7 @@ export function setupCitationPopover() {
     } else {
       address.textContent = link.dataset.url || "";
       address.title = hostOf(link.dataset.url);
-      passage.textContent = "";
+      passage.textContent = preview(link.dataset.text || "", PREVIEW_CHARS);
     }
     address.hidden = !address.textContent;
     passage.hidden = !passage.textContent;
@@ -49,7 +51,18 @@ export function setupCitationPopover() {
     show(link);
     pinned = link;
     open.href = link.getAttribute("href");
+    for (const name of Object.keys(open.dataset)) delete open.dataset[name];
     Object.assign(open.dataset, link.dataset);
+    const isDocument = link.dataset.kind === "document";
+    // A web page opens in a new tab, as its [n] does; a passage opens the viewer here.
+    if (isDocument) {
+      open.removeAttribute("target");
+      open.removeAttribute("rel");
+    } else {
+      open.target = "_blank";
+      open.rel = "noopener noreferrer";
+    }
+    open.textContent = isDocument ? "Open the passage" : "Open the page";
     open.hidden = false;
     popover.classList.add("pinned");
     place();
@@ -102,7 +115,7 @@ export function setupCitationPopover() {
   });
   document.addEventListener("click", (event) => {
     const target = event.target instanceof Element ? event.target : null;
-    const link = target?.closest("a.cite-document");
+    const link = target?.closest("a.cite");
     if (link && tapFirst.matches && link !== pinned && event.button === 0 && !event.ctrlKey && !event.metaKey && !event.shiftKey) {
       event.preventDefault(); // the preview first; the button (or a second tap) opens it
       pin(link);
@@ -114,6 +127,7 @@ export function setupCitationPopover() {
       return;
     }
     if (pinned && !popover.contains(target)) hide();
+    else if (pinned && target?.closest(".cite-popover-open")) hide(); // a page opened in a tab
   });
   // The link moves when the conversation scrolls (or streams): the popover follows it.
   let frame = 0;

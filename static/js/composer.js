@@ -71,7 +71,7 @@ export function createComposer({ onSend, onStop }) {
       webToggle.classList.toggle("disabled", !search.available);
       if (!search.available) {
         web.checked = false;
-        const reason = describeUnavailable(search.reason);
+        const reason = search.message || describeUnavailable(search.reason);
         webReason.textContent = reason;
         webToggle.title = reason;
       } else {

@@ -1,6 +1,10 @@
 // One message on screen. User messages are plain text (what they typed, exactly). Assistant
-// replies are Markdown with their steps line, Sources list, the memories they used, status and
-// actions; while a reply streams, its Markdown is re-rendered at most once per animation frame.
+// replies are Markdown with their steps line, Sources list, the memories they used, notes (a
+// fallback model answered…), status and actions with the name of the model that wrote them;
+// while a reply streams, its Markdown is re-rendered at most once per animation frame.
+//
+// The Sources list shows the sources the answer cites ([n] in its text); the others it read are
+// behind a "2 more read" disclosure.
 
 import { passageData, sourceHref } from "./documents.js";
 import { copyButton, el, icon } from "./dom.js";
@@ -126,12 +130,15 @@ export class AssistantMessage {
   constructor({ onChange = () => {} } = {}) {
     this.text = "";
     this.sources = [];
+    this.citedKey = null; // which sources the Sources list was last drawn for (cited numbers)
+    this.modelName = null; // "gpt-4o-mini", "Local model (Qwen2.5-Coder 1.5B)"
     this.onChange = onChange;
     this.frame = 0;
     this.steps = new StepsView();
     this.body = el("div", { class: "markdown" });
     this.sourcesBox = el("section", { class: "sources", "aria-label": "Sources", hidden: true });
     this.memories = new UsedMemoriesView();
+    this.notesBox = el("div", { class: "msg-notes", hidden: true });
     this.statusBox = el("div", { class: "msg-status", hidden: true });
     this.actions = el("div", { class: "msg-actions", hidden: true });
     this.onRegenerate = null; // () => …: answer the question again, as another version
@@ -144,6 +151,7 @@ export class AssistantMessage {
       this.body,
       this.sourcesBox,
       this.memories.root,
+      this.notesBox,
       this.statusBox,
       this.actions,
     );
@@ -162,6 +170,7 @@ export class AssistantMessage {
     view.text = message.content || "";
     view.setSources(message.sources || []);
     view.memories.set(message.memories);
+    view.setModel(message.model_name, message.notes);
     view.renderNow();
     if (message.status === "error") view.fail(message.error || "This reply failed.", onRetry);
     else view.complete(message.status);
@@ -170,13 +179,24 @@ export class AssistantMessage {
 
   append(text) {
     this.text += text;
+    if (text.trim()) this.steps.text();
     this.scheduleRender();
   }
 
   setSources(sources) {
     this.sources = Array.isArray(sources) ? sources : [];
-    this.renderSources();
+    this.citedKey = null;
     this.scheduleRender();
+  }
+
+  /** Who wrote the reply (shown with its actions) and the notes that go with it. */
+  setModel(modelName, notes) {
+    this.modelName = typeof modelName === "string" && modelName ? modelName : null;
+    const lines = (Array.isArray(notes) ? notes : []).filter((note) => typeof note === "string" && note);
+    this.notesBox.replaceChildren(
+      ...lines.map((note) => el("p", { class: "msg-note", role: "note" }, icon("alert"), el("span", { text: note }))),
+    );
+    this.notesBox.hidden = !lines.length;
   }
 
   scheduleRender() {
@@ -191,34 +211,36 @@ export class AssistantMessage {
     if (this.frame) cancelAnimationFrame(this.frame);
     this.frame = 0;
     this.body.replaceChildren(renderMarkdown(this.text, this.sources));
+    this.renderSources();
     this.onChange();
   }
 
+  /** The cited sources, then the others behind "n more read"; redrawn only when what the text
+   *  cites changes (it streams), keeping the disclosure open if it was. */
   renderSources() {
+    const cited = citedNumbers(this.body);
+    const key = [...cited].sort((a, b) => a - b).join(",") + `/${this.sources.length}`;
+    if (key === this.citedKey) return;
+    this.citedKey = key;
     if (!this.sources.length) {
+      this.sourcesBox.replaceChildren();
       this.sourcesBox.hidden = true;
       return;
     }
-    const list = el("ol", { class: "sources-list" });
-    for (const source of [...this.sources].sort((a, b) => a.n - b.n)) {
-      if (source.kind === "document") {
-        list.append(documentSource(source));
-        continue;
-      }
-      const title = String(source.title || source.url || `Source ${source.n}`);
-      const label = isSafeUrl(source.url)
-        ? el("a", { href: source.url, target: "_blank", rel: "noopener noreferrer", class: "source-link", text: title })
-        : el("span", { class: "source-link", text: title });
-      list.append(
-        el(
-          "li",
-          { value: String(source.n) },
-          label,
-          el("span", { class: "source-host", text: hostOf(source.url) }),
-        ),
-      );
+    const sorted = [...this.sources].sort((a, b) => a.n - b.n);
+    const used = sorted.filter((source) => cited.has(Number(source.n)));
+    const rest = sorted.filter((source) => !cited.has(Number(source.n)));
+    const parts = [el("h3", { class: "sources-title", text: "Sources" })];
+    if (used.length) parts.push(sourceList(used));
+    if (rest.length) {
+      const wasOpen = this.sourcesBox.querySelector(".sources-more")?.open;
+      const label = used.length ? `${rest.length} more read` : `${rest.length} ${rest.length === 1 ? "source" : "sources"} read`;
+      const more = el("details", { class: "sources-more" }, el("summary", { text: label }), sourceList(rest));
+      more.open = Boolean(wasOpen);
+      more.addEventListener("toggle", () => this.onChange());
+      parts.push(more);
     }
-    this.sourcesBox.replaceChildren(el("h3", { class: "sources-title", text: "Sources" }), list);
+    this.sourcesBox.replaceChildren(...parts);
     this.sourcesBox.hidden = false;
   }
 
@@ -261,6 +283,9 @@ export class AssistantMessage {
       parts.push(again);
     }
     if (this.switcher) parts.push(this.switcher);
+    if (this.modelName) {
+      parts.push(el("span", { class: "msg-model", title: "The model that wrote this reply" }, el("span", { class: "visually-hidden", text: "Written by " }), this.modelName));
+    }
     this.actions.replaceChildren(...parts);
     this.actions.hidden = !parts.length;
     this.onChange();
@@ -290,6 +315,25 @@ export class AssistantMessage {
   dropRetry() {
     this.statusBox.querySelector(".retry-button")?.remove();
   }
+}
+
+/** The source numbers the rendered reply cites: its `[n]` links. */
+function citedNumbers(body) {
+  return new Set([...body.querySelectorAll(".cite[data-cite]")].map((link) => Number(link.dataset.cite)));
+}
+
+function sourceList(sources) {
+  const list = el("ol", { class: "sources-list" });
+  for (const source of sources) list.append(source.kind === "document" ? documentSource(source) : webSource(source));
+  return list;
+}
+
+function webSource(source) {
+  const title = String(source.title || source.url || `Source ${source.n}`);
+  const label = isSafeUrl(source.url)
+    ? el("a", { href: source.url, target: "_blank", rel: "noopener noreferrer", class: "source-link", text: title })
+    : el("span", { class: "source-link", text: title });
+  return el("li", { value: String(source.n) }, label, el("span", { class: "source-host", text: hostOf(source.url) }));
 }
 
 /** A passage of one of the user's documents in the Sources list: opens the viewer on it. */

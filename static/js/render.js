@@ -142,7 +142,8 @@ export function citationLink(source) {
   const title = String(source.title || source.url || `Source ${n}`);
   const props = {
     class: "cite",
-    dataset: { cite: n, title, url: String(source.url || "") },
+    // The passage the answer drew on (the page's best chunk), for the popover.
+    dataset: { cite: n, title, url: String(source.url || ""), text: typeof source.text === "string" ? source.text : "" },
     "aria-label": `Source ${n}: ${title}`,
     text: n,
   };

@@ -1,11 +1,16 @@
 // The steps line above a reply: while it is prepared, the current step ("Searching the web for …")
 // with a spinner and the seconds since Send (a local model can read a prompt for a while);
-// afterwards a compact "3 steps · 4.2 s" button that unfolds the whole list with
-// timings, so people can see what the assistant did without it getting in the way.
+// afterwards a compact "3 steps · 4.2 s" button that unfolds the whole list with each step's
+// duration, so people can see what the assistant did without it getting in the way.
+//
+// Only when there is something to see: a tool ran, or the reply took over SHOW_AFTER_MS. A quick
+// plain answer has no steps line at all, and the live line ("Thinking…") goes once text streams
+// (it comes back for a step after that, e.g. a search the model starts after a preamble).
 
 import { el, formatDuration, icon } from "./dom.js";
 
 let nextId = 0;
+export const SHOW_AFTER_MS = 3000;
 
 export class StepsView {
   constructor() {
@@ -15,6 +20,8 @@ export class StepsView {
     this.root = el("div", { class: "steps" });
     this.startedAt = performance.now();
     this.liveText = undefined;
+    this.textStreaming = false; // text arrived after the last step: the live line steps aside
+    this.toolCalls = 0;
     this.renderLive();
     // Ticks while live, so a long step still shows that time passes.
     this.ticker = setInterval(() => this.live && this.renderLive(this.liveText), 1000);
@@ -24,6 +31,7 @@ export class StepsView {
   static fromSaved(steps, toolCalls, totalMs) {
     const view = new StepsView();
     view.steps = (steps || []).map((step) => ({ ...step }));
+    view.toolCalls = (toolCalls || []).length;
     const pending = [...(toolCalls || [])];
     for (const step of view.steps) {
       if (!step.tool) continue;
@@ -38,7 +46,20 @@ export class StepsView {
 
   add(step) {
     this.steps.push({ ...step });
+    this.textStreaming = false;
     if (this.live) this.renderLive();
+  }
+
+  /** Text of the reply is streaming: "Thinking…" has nothing more to say. */
+  text() {
+    if (this.textStreaming || !this.live) return;
+    this.textStreaming = true;
+    this.renderLive(this.liveText);
+  }
+
+  /** A tool ran, or the reply has taken long enough for its steps to be worth a line. */
+  worthShowing(totalMs) {
+    return this.toolCalls > 0 || this.steps.some((step) => step.tool) || totalMs > SHOW_AFTER_MS;
   }
 
   /** Show a line that is not one of the server's steps (e.g. while waiting to send). */
@@ -47,6 +68,7 @@ export class StepsView {
   }
 
   toolStart(event) {
+    this.toolCalls += 1;
     // The server sends the tool's step just before its tool_start: pair them by name.
     const step = [...this.steps].reverse().find((s) => s.tool === event.name && !s.callId);
     if (step) step.callId = event.id;
@@ -68,8 +90,11 @@ export class StepsView {
 
   renderLive(text) {
     this.liveText = text;
+    const elapsedMs = performance.now() - this.startedAt;
+    // A line of the page's own (`note`) shows at once: it says why nothing happens yet.
+    this.root.hidden = this.textStreaming || !(text || this.worthShowing(elapsedMs));
     const current = text || this.steps.at(-1)?.text || "Starting";
-    const seconds = Math.floor((performance.now() - this.startedAt) / 1000);
+    const seconds = Math.floor(elapsedMs / 1000);
     const shownText = current.endsWith("…") ? current : `${current}…`;
     const line = this.root.querySelector(".step-current");
     if (line && line.textContent === shownText) {
@@ -89,7 +114,7 @@ export class StepsView {
   renderSummary() {
     this.root.className = "steps steps-done";
     this.root.removeAttribute("role");
-    if (!this.steps.length) {
+    if (!this.steps.length || !this.worthShowing(this.totalMs)) {
       this.root.replaceChildren();
       this.root.hidden = true;
       return;
@@ -104,7 +129,12 @@ export class StepsView {
       el("span", { text: took ? `${count} · ${took}` : count }),
     );
     const list = el("ol", { class: "steps-list", id: this.listId, hidden: true });
-    for (const step of this.steps) list.append(stepItem(step));
+    this.steps.forEach((step, i) => {
+      // Each step's own time: until the next step began (the last: until the reply ended).
+      const end = i + 1 < this.steps.length ? this.steps[i + 1].elapsed_ms : this.totalMs;
+      const took = Number.isFinite(step.duration_ms) ? step.duration_ms : end - step.elapsed_ms;
+      list.append(stepItem(step, took));
+    });
     toggle.addEventListener("click", () => {
       const open = toggle.getAttribute("aria-expanded") !== "true";
       toggle.setAttribute("aria-expanded", String(open));
@@ -114,16 +144,14 @@ export class StepsView {
   }
 }
 
-function stepItem(step) {
+function stepItem(step, took) {
+  const at = formatDuration(step.elapsed_ms);
   const item = el(
     "li",
-    { class: "step" },
-    el("span", { class: "step-time", text: formatDuration(step.elapsed_ms) }),
+    { class: "step", title: at ? `Started at ${at}` : undefined },
+    el("span", { class: "step-time", text: formatDuration(Math.max(0, took)) }),
     el("span", { class: "step-text", text: step.text }),
   );
   if (step.ok === false) item.append(el("span", { class: "step-tool step-failed", text: "failed" }));
-  else if (Number.isFinite(step.duration_ms)) {
-    item.append(el("span", { class: "step-tool", text: `took ${step.duration_ms < 1000 ? `${step.duration_ms} ms` : formatDuration(step.duration_ms)}` }));
-  }
   return item;
 }
