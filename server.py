@@ -39,6 +39,7 @@ from chat.document_routes import router as document_router
 from chat.document_worker import DocumentWorker
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
+from chat.openai_routes import router as openai_router
 from chat.routes import router as chat_router
 from chat.turn_jobs import TurnJobs
 from chat.turn_recovery import recover_abandoned_turns
@@ -57,6 +58,7 @@ from core.http_errors import (
 )
 from core.http_guard import BodyGuard, HostOriginGuard, HttpPolicy
 from core.logs import configure_logging, report_startup_failure
+from core.openai_errors import install_openai_errors
 from core.services import Services, open_services
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -91,7 +93,7 @@ class Pages(StaticFiles):
     to the sign-in page before a byte of the app loads (its scripts and styles hold no data)."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
-        if scope["path"].startswith("/api/"):
+        if scope["path"].startswith(("/api/", "/v1/")):
             if allowed_methods(scope["app"], scope["path"]):
                 raise HTTPException(405)  # Allow: added by the handler (core/http_errors.py)
             raise HTTPException(404, f"No API endpoint at {scope['path']}")
@@ -194,6 +196,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.add_middleware(RequestContext)
     app.add_middleware(SecurityHeaders)
     install_error_handlers(app)
+    install_openai_errors(app)  # /v1 answers errors in OpenAI's shape (its own middleware too)
     install_api_schema(app, lambda: app.state.settings.max_request_bytes)
     # Every API router but sign-in is behind require_user (chat/auth.py): no route can forget it.
     signed_in: dict[str, Any] = {"dependencies": [Depends(require_user)], "responses": errors(401)}
@@ -202,6 +205,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(chat_router, **signed_in)
     app.include_router(memory_router, **signed_in)
     app.include_router(document_router, **signed_in)
+    app.include_router(openai_router, **signed_in)
     add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)
