@@ -29,7 +29,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Path, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -210,17 +210,40 @@ async def _seed_chat(
     return chat["chat_id"]
 
 
-@router.post("/chat/completions", response_model=None, responses=COMPLETION_ANSWERS)
-async def chat_completions(
-    request: Request,
-    body: ChatCompletionIn,
-    chat_header: Annotated[uuid.UUID | None, Header(alias=CHAT_HEADER)] = None,
-) -> Response:
+# The header is read by hand: declared as an optional id, FastAPI's schema would say it may be
+# JSON null, which a header cannot be (a client sending "null" would be told it was valid).
+CHAT_HEADER_PARAMETER = {
+    "name": CHAT_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "Continue this chat of yours (an id from an earlier answer's header).",
+    "schema": {"type": "string", "format": "uuid"},
+}
+
+
+def _chat_header(request: Request) -> uuid.UUID | None:
+    value = request.headers.get(CHAT_HEADER)
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value.strip())
+    except ValueError:
+        raise OpenAIError(400, f"{CHAT_HEADER}: not a valid chat id.", param=CHAT_HEADER) from None
+
+
+@router.post(
+    "/chat/completions",
+    response_model=None,
+    responses=COMPLETION_ANSWERS,
+    openapi_extra={"parameters": [CHAT_HEADER_PARAMETER]},
+)
+async def chat_completions(request: Request, body: ChatCompletionIn) -> Response:
     """A reply of ResolveAI's to the conversation in `messages` (see the module docstring for
     which chat it goes to), streamed with `stream: true` (`stream_options.include_usage` adds a
     last chunk with the usage). 404: no such model or chat; 409: a reply is already being
     written in that chat; 429: past your message limits; 503: the model could not answer."""
     _check_model(body.model)
+    chat_header = _chat_header(request)
     options = body.resolveai or ResolveAIOptions()
     if chat_header and options.chat_id and chat_header != options.chat_id:
         raise OpenAIError(400, f"{CHAT_HEADER} and resolveai.chat_id name different chats.",
