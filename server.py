@@ -40,6 +40,7 @@ from chat.document_worker import DocumentWorker
 from chat.export_routes import router as export_router
 from chat.memory_routes import router as memory_router
 from chat.memory_worker import MemoryWorker
+from chat.openai_routes import router as openai_router
 from chat.routes import router as chat_router
 from chat.search_routes import router as search_router
 from chat.settings_routes import router as settings_router
@@ -60,6 +61,7 @@ from core.http_errors import (
 )
 from core.http_guard import BodyGuard, HostOriginGuard, HttpPolicy
 from core.logs import configure_logging, report_startup_failure
+from core.openai_errors import install_openai_errors
 from core.services import Services, open_services
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -94,7 +96,7 @@ class Pages(StaticFiles):
     to the sign-in page before a byte of the app loads (its scripts and styles hold no data)."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
-        if scope["path"].startswith("/api/"):
+        if scope["path"].startswith(("/api/", "/v1/")):
             if allowed_methods(scope["app"], scope["path"]):
                 raise HTTPException(405)  # Allow: added by the handler (core/http_errors.py)
             raise HTTPException(404, f"No API endpoint at {scope['path']}")
@@ -197,6 +199,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.add_middleware(RequestContext)
     app.add_middleware(SecurityHeaders)
     install_error_handlers(app)
+    install_openai_errors(app)  # /v1 answers errors in OpenAI's shape (its own middleware too)
     install_api_schema(app, lambda: app.state.settings.max_request_bytes)
     # Every API router but sign-in is behind require_user (chat/auth.py): no route can forget it.
     signed_in: dict[str, Any] = {"dependencies": [Depends(require_user)], "responses": errors(401)}
@@ -208,6 +211,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(export_router, **signed_in)
     app.include_router(settings_router, **signed_in)
     app.include_router(search_router, **signed_in)
+    app.include_router(openai_router, **signed_in)
     add_docs_pages(app)
 
     @app.exception_handler(psycopg.OperationalError)

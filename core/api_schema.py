@@ -22,6 +22,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.responses import Response
 
 from core.http_errors import DESCRIPTIONS, ApiError, errors
+from core.openai_errors import OpenAIErrorBody
 
 # JSON Schema (ECMA-262) patterns, written with explicit code points so that every regex engine
 # (Python's, ECMA's, Rust's in schemathesis) reads them alike: `\s` differs between them.
@@ -33,6 +34,7 @@ SPACES = "".join(f"\\u{c:04x}" for c in range(0x3001) if chr(c).isspace())
 NON_BLANK_TEXT = rf"^[^\u0000]*[^\u0000{SPACES}][^\u0000]*$"
 
 ERROR_REF = {"$ref": "#/components/schemas/ApiError"}
+OPENAI_ERROR_REF = {"$ref": "#/components/schemas/OpenAIErrorBody"}
 GUARD_STATUSES = (400, 413, 422, 500, 503)  # any operation: Host, body cap, text, crash, database
 STATE_CHANGING = ("post", "put", "patch", "delete")
 
@@ -153,7 +155,11 @@ def complete_schema(schema: dict[str, Any], max_request_bytes: int) -> dict[str,
     schema = copy.deepcopy(schema)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["ApiError"] = ApiError.model_json_schema()
-    for path in schema.get("paths", {}).values():
+    if any(name.startswith("/v1/") for name in schema.get("paths", {})):
+        defs = OpenAIErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(defs.pop("$defs", {}))
+        components["OpenAIErrorBody"] = defs
+    for path_name, path in schema.get("paths", {}).items():
         for method, operation in path.items():
             responses = operation.setdefault("responses", {})
             statuses = [*GUARD_STATUSES, *((403,) if method in STATE_CHANGING else ())]
@@ -161,9 +167,11 @@ def complete_schema(schema: dict[str, Any], max_request_bytes: int) -> dict[str,
                 # FastAPI's own 422 (its HTTPValidationError) is replaced: ours is ApiError.
                 if str(status) not in responses or status == 422:
                     responses[str(status)] = {"description": DESCRIPTIONS[status]}
+            # The OpenAI-compatible API (/v1) answers errors in OpenAI's shape instead.
+            error_ref = OPENAI_ERROR_REF if path_name.startswith("/v1/") else ERROR_REF
             for status, response in responses.items():
                 if status[0] in "45":
-                    response["content"] = {"application/json": {"schema": ERROR_REF}}
+                    response["content"] = {"application/json": {"schema": error_ref}}
                 stream = response.get("content", {}).get("text/event-stream")
                 if stream is not None:
                     # FastAPI gives the response class's media type `type: string`; the stream
@@ -175,7 +183,9 @@ def complete_schema(schema: dict[str, Any], max_request_bytes: int) -> dict[str,
     schema["info"]["description"] = (
         "A self-hosted assistant with memory and web search.\n\n"
         '**Errors** are JSON `{"error": "…", "request_id": "…"}` for every 4xx and 5xx '
-        "(the id is also in `X-Request-ID`, and in the server's log).\n\n"
+        "(the id is also in `X-Request-ID`, and in the server's log); the OpenAI-compatible "
+        "API under `/v1` answers OpenAI's "
+        '`{"error": {"message", "type", "param", "code"}}`.\n\n'
         f"**Limits**: request bodies up to {max_request_bytes:,} bytes (`MAX_REQUEST_BYTES`, "
         "413 beyond, checked before the body is read); text without NUL characters or lone "
         "surrogates (422); the lengths given per field. Requests must name the server in "

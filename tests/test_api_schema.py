@@ -187,14 +187,19 @@ def test_every_error_status_is_documented_in_the_one_shape(schema: dict[str, Any
                 {"403"} if method in ("post", "put", "patch", "delete") else set()
             )
             assert expected <= statuses(method, path), (method, path)
+            # The OpenAI-compatible API answers OpenAI's error shape (core/openai_errors.py).
+            shape = "OpenAIErrorBody" if path.startswith("/v1/") else "ApiError"
             for status, answer in operation["responses"].items():
                 if status[0] in "45":
                     assert answer["content"] == {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/ApiError"}}
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{shape}"}}
                     }, (method, path, status)
     assert {"404", "409"} <= statuses("post", "/api/messages")  # an unknown chat_id, a busy chat
     assert "409" in statuses("delete", "/api/memories")  # a stale forget token
     assert "404" in statuses("get", "/api/chats/{chat_id}/messages")
+    assert {"401", "404", "429"} <= statuses("post", "/v1/chat/completions")
+    openai_error = schema["components"]["schemas"]["OpenAIErrorDetail"]
+    assert openai_error["required"] == ["message", "type", "param", "code"]
     error = schema["components"]["schemas"]["ApiError"]
     assert error["required"] == ["error", "request_id"]
     assert "HTTPValidationError" not in schema["components"]["schemas"]

@@ -268,6 +268,7 @@ async def test_web_search_switched_off_is_off_for_the_user_only(
         assert config["web_search"] == {
             "available": False,
             "reason": "off (you switched it off in Settings)",
+            "message": "Web search is off: you switched it off in Settings.",
         }
         info = (await client.get("/api/settings/system")).json()
         assert info["web_search"]["available"] is True  # the server's, not the user's
