@@ -34,11 +34,18 @@ from evals.chat_driver import ask
 from evals.datasets import SQUAD_FILE, SquadQuestion, load_squad
 from evals.documents_qa import upload_pages
 from evals.evidence_ranking import find_evidence
-from evals.judge import contains_answer, judge_answer, judge_model, says_dont_know
+from evals.judge import contains_answer, judge_model
 from evals.metrics import token_f1
 from evals.report import Report, Table
 from evals.scratch import scratch_services
-from evals.web_answers import Answer, cited_numbers, pick_questions, summarize, without_citations
+from evals.web_answers import (
+    Answer,
+    cited_numbers,
+    grade,
+    pick_questions,
+    summarize,
+    without_citations,
+)
 
 DEFAULT_DATA = SQUAD_FILE
 SUITE = "documents-answers"
@@ -65,19 +72,7 @@ async def answer_question(
     cited = cited_numbers(reply, exchange.sources)
     with_text = [n for n in cited if q.answerable and contains_answer(texts[n], q.answers)]
     with_span = [n for n in cited if q.answerable and chunk_of[n] in holding_span]
-    contains = q.answerable and contains_answer(plain, q.answers)
-    dont_know = says_dont_know(reply)
-    verdict = None
-    correct = contains if q.answerable else dont_know
-    if judge is not None:
-        gold = " / ".join(dict.fromkeys(q.answers)) if q.answerable else None
-        try:
-            verdict = await judge_answer(services.router, q.question, gold, plain)
-        except Exception as error:  # one failed grading must not lose the other answers
-            log.warning(
-                "%s: the judge failed on %s (%s: %s)", SUITE, q.id, type(error).__name__, error
-            )
-        correct = bool(verdict)
+    contains, dont_know, verdict, correct = await grade(services, judge, q, reply, SUITE)
     answer = Answer(
         q.id, q.question, q.page, q.answerable, q.answers, reply, exchange.status, exchange.error,
         round(exchange.seconds, 2), 0, [], [f"{s['n']}. {s['title']}" for s in exchange.sources],

@@ -177,6 +177,28 @@ class Scorer:
         return any(self.chunks[i].text in text for i in self.evidence.by_span.get(q.id, ()))
 
 
+async def grade(
+    services: Services, judge: str | None, q: SquadQuestion, reply: str, suite: str
+) -> tuple[bool, bool, bool | None, bool]:
+    """(contains gold, says "I couldn't find", the judge's verdict, correct) for one reply:
+    correct is the judge's verdict when there is a judge, else the automatic check."""
+    plain = without_citations(reply)
+    contains = q.answerable and contains_answer(plain, q.answers)
+    dont_know = says_dont_know(reply)
+    verdict = None
+    correct = contains if q.answerable else dont_know
+    if judge is not None:
+        gold = " / ".join(dict.fromkeys(q.answers)) if q.answerable else None
+        try:
+            verdict = await judge_answer(services.router, q.question, gold, plain)
+        except Exception as error:  # one failed grading must not lose an hour of answers
+            log.warning(
+                "%s: the judge failed on %s (%s: %s)", suite, q.id, type(error).__name__, error
+            )
+        correct = bool(verdict)
+    return contains, dont_know, verdict, correct
+
+
 async def answer_question(
     services: Services,
     search: CountingSearch,
@@ -194,20 +216,8 @@ async def answer_question(
     cited = cited_numbers(reply, exchange.sources)
     with_text = [n for n in cited if q.answerable and contains_answer(texts.get(n, ""), q.answers)]
     with_span = [n for n in cited if q.answerable and scorer.source_holds_span(q, texts.get(n, ""))]
-    contains = q.answerable and contains_answer(plain, q.answers)
     f1 = max((token_f1(plain, gold) for gold in q.answers), default=0.0)
-    dont_know = says_dont_know(reply)
-    verdict = None
-    correct = contains if q.answerable else dont_know
-    if judge is not None:
-        gold = " / ".join(dict.fromkeys(q.answers)) if q.answerable else None
-        try:
-            verdict = await judge_answer(services.router, q.question, gold, plain)
-        except Exception as error:  # one failed grading must not lose an hour of answers
-            log.warning(
-                "%s: the judge failed on %s (%s: %s)", SUITE, q.id, type(error).__name__, error
-            )
-        correct = bool(verdict)
+    contains, dont_know, verdict, correct = await grade(services, judge, q, reply, SUITE)
     notes = []
     if cited and not texts:
         notes.append("cited sources, but no answer-writing call was recorded")
