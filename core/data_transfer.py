@@ -69,7 +69,7 @@ ESCAPED_UNSTORABLE = re.compile(r"\\u(?:0000|d[89a-f][0-9a-f]{2})", re.IGNORECAS
 
 _MESSAGE_EXPORT_COLUMNS = (
     "m.message_id, m.parent_id, m.reply_to, m.role, m.content, m.status, m.sources, m.steps,"
-    " m.tool_calls, m.error, m.memory_ids, m.sent_at, m.chosen_at"
+    " m.tool_calls, m.error, m.memory_ids, m.sent_at, m.chosen_at, m.model, m.notes"
 )
 
 
@@ -104,12 +104,17 @@ class MessageRecord(_Record):
     memory_ids: list[uuid.UUID] = []
     sent_at: AwareDatetime
     chosen_at: AwareDatetime | None = None
+    model: str | None = Field(None, max_length=500)  # the deployment that wrote a reply
+    notes: list[str] = []  # shown with the reply ("answered with the local model")
 
 
 class ChatRecord(_Record):
     chat_id: uuid.UUID
     title: str = Field(DEFAULT_TITLE, max_length=1000)
     temporary: bool = False
+    # A title that came with the file is never replaced by a generated one.
+    title_source: Literal["auto", "generated", "user"] = "generated"
+    pinned: bool = False
     summary: str | None = None
     summary_upto_message_id: uuid.UUID | None = None
     created_at: AwareDatetime
@@ -170,8 +175,9 @@ async def _chats_with_messages(
         await cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         # The head as the app reads it: head_id, or the latest message if that one is gone.
         await cur.execute(
-            "SELECT chat_id, title, temporary, summary, summary_upto_message_id, created_at,"
-            " updated_at, COALESCE((SELECT h.message_id FROM messages AS h"
+            "SELECT chat_id, title, title_source, pinned, temporary, summary,"
+            " summary_upto_message_id, created_at, updated_at,"
+            " COALESCE((SELECT h.message_id FROM messages AS h"
             "   WHERE h.message_id = c.head_id AND h.chat_id = c.chat_id),"
             "  (SELECT l.message_id FROM messages AS l WHERE l.chat_id = c.chat_id"
             "   ORDER BY l.sent_at DESC, l.message_id DESC LIMIT 1)) AS head_id"
@@ -670,10 +676,17 @@ async def _write(
             message_ids,
             memory_ids,
         )
+        # Only what differs from the user's own: importing one's own export writes nothing.
+        current = await get_preferences(conn, user_id)
         preferences = {
             name: value
             for name, value in bundle.preferences.items()
-            if name in PREFERENCE_DEFAULTS and isinstance(value, type(PREFERENCE_DEFAULTS[name]))
+            if name in PREFERENCE_DEFAULTS
+            and value != current[name]
+            and (
+                PREFERENCE_DEFAULTS[name] is None
+                or isinstance(value, type(PREFERENCE_DEFAULTS[name]))
+            )
         }
         if preferences:
             await set_preferences(conn, user_id, **preferences)
@@ -705,13 +718,16 @@ async def _write_chats(
         return message_ids[value] if value is not None else None
 
     await cur.executemany(
-        "INSERT INTO chats (chat_id, user_id, title, temporary, summary, summary_upto_message_id,"
-        " created_at, updated_at, head_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "INSERT INTO chats (chat_id, user_id, title, title_source, pinned, temporary, summary,"
+        " summary_upto_message_id, created_at, updated_at, head_id)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [
             (
                 chat_ids[c.chat_id],
                 user_id,
                 " ".join(c.title.split()) or DEFAULT_TITLE,
+                c.title_source,
+                c.pinned,
                 c.temporary,
                 c.summary,
                 message_ids.get(c.summary_upto_message_id) if c.summary_upto_message_id else None,
@@ -746,12 +762,14 @@ async def _write_chats(
                     mid(m.parent_id),
                     m.sent_at,
                     m.chosen_at,
+                    m.model,
+                    Jsonb(m.notes),
                 )
             )
     await cur.executemany(
         "INSERT INTO messages (message_id, chat_id, role, content, status, sources, steps,"
-        " tool_calls, error, memory_ids, reply_to, parent_id, sent_at, chosen_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        " tool_calls, error, memory_ids, reply_to, parent_id, sent_at, chosen_at, model, notes)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         rows,
     )
     return len(rows)

@@ -261,7 +261,15 @@ async def test_an_export_imported_by_a_fresh_user_gives_back_the_same_data(
 ) -> None:
     pool = chat_services.database.pool
     alice = await alice_with_data(users, model, chat_services)
+    first_chat = (await alice.client.get("/api/chats")).json()[-1]["chat_id"]
+    pinned = await alice.client.patch(f"/api/chats/{first_chat}", json={"pinned": True})
+    assert pinned.status_code == 200, pinned.text
     exported = await export_of(alice)
+    # Pins, where a title came from, and which model wrote each reply travel with the chats.
+    assert [c["pinned"] for c in exported["chats"]].count(True) == 1
+    assert {c["title_source"] for c in exported["chats"]} <= {"auto", "generated", "user"}
+    replies = [m for c in exported["chats"] for m in c["messages"] if m["role"] == "assistant"]
+    assert any(m["model"] for m in replies) and all("notes" in m for m in replies)
     assert exported["format"] == "resolveai-export" and exported["version"] == 1
     assert [len(c["messages"]) for c in exported["chats"]] == [7, 2]  # every version kept
     first = exported["chats"][0]["messages"]
