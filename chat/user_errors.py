@@ -24,6 +24,7 @@ log = logging.getLogger("resolveai.chat")
 
 WEB_SEARCH_OFF = "Web search is off: add a Tavily key in .env (see README)."
 REPLY_FAILED = "The assistant could not finish this reply. Please try again."
+LOCAL_MODEL_SAYS = "The local model "  # how core/local_model's errors for the user begin
 # By the exception's kind, or its HTTP status when a provider only gives that. Checked in order:
 # a too-long chat is a bad request too, and a timeout an unreachable server.
 _BY_KIND: tuple[tuple[type[BaseException], str], ...] = (
@@ -58,6 +59,11 @@ def plain_reason(error: BaseException) -> str:
     """The sentence for a failed reply, without the ref."""
     if getattr(error, "plain", False):  # already written for the user (ReplyNotSaved)
         return str(error)
+    # The local model's own errors are written for the user ("The local model is busy with 3
+    # requests already; try again in a minute"): more use than a generic sentence.
+    text = _first_line(error)
+    if LOCAL_MODEL_SAYS in text:
+        return text[text.index(LOCAL_MODEL_SAYS) :]
     for kind, sentence in _BY_KIND:
         if isinstance(error, kind):
             return sentence
