@@ -13,6 +13,7 @@ import logging
 
 from chat.queue_worker import QueueWorker
 from core import document_store
+from core.logs import first_line
 from core.services import Services
 from rag.document_convert import DocumentRejected
 from rag.document_ingest import Cancelled, ingest_document
@@ -43,9 +44,7 @@ class DocumentWorker(QueueWorker):
         except Cancelled:
             self.log.info("Documents: %r cancelled", name)
         except Exception as error:
-            reason = (
-                f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
-            )
+            reason = f"{type(error).__name__}: {first_line(error)}"
             retry = await document_store.retry_later(pool, document_id, job["attempts"], reason)
             self.log.warning("Documents: %r failed (%s); %s", name, reason,
                              "will retry" if retry else "giving up")  # fmt: skip

@@ -9,6 +9,7 @@ import logging
 from chat.memory_extraction import extract_memories
 from chat.queue_worker import QueueWorker
 from core import memory_jobs
+from core.logs import first_line
 from core.services import Services
 
 
@@ -37,7 +38,7 @@ class MemoryWorker(QueueWorker):
             self.log.warning(
                 "Memory: extraction failed (%s: %s); %s",
                 type(error).__name__,
-                str(error).splitlines()[0][:200] if str(error) else "",
+                first_line(error),
                 "will retry" if retry else "giving up on this message",
             )
             return 0

@@ -18,6 +18,7 @@ import psycopg_pool
 from chat.state import TurnContext
 from chat.steps import short_id
 from core import chat_store, memory_jobs
+from core.logs import first_line
 
 log = logging.getLogger("resolveai.chat")
 
@@ -48,7 +49,7 @@ async def save_reply(context: TurnContext, text: str, **fields: Any) -> dict[str
                     " once it is back."
                 ) from error
             log.warning("Chat %s: saving the reply failed (%s); trying again",
-                        short_id(context.chat_id), str(error).splitlines()[0][:200])  # fmt: skip
+                        short_id(context.chat_id), first_line(error))  # fmt: skip
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 

@@ -25,6 +25,7 @@ import uuid
 
 from chat.steps import short_id
 from core import chat_store
+from core.logs import first_line
 from core.prompts import summary_request
 from core.services import Services
 from core.tracing import trace_metadata
@@ -135,7 +136,7 @@ async def fold_summary(services: Services, chat_id: uuid.UUID, trace_id: str | N
             "Chat %s: summary not updated, the next turn tries again (%s: %s)",
             short_id(chat_id),
             type(error).__name__,
-            str(error).splitlines()[0][:200] if str(error) else "",
+            first_line(error),
         )
         return False
     stored = await chat_store.set_summary(

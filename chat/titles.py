@@ -24,6 +24,7 @@ import uuid
 
 from chat.steps import short_id
 from core import chat_store
+from core.logs import first_line
 from core.prompts import title_request
 from core.services import Services
 from core.tracing import trace_metadata
@@ -108,7 +109,7 @@ async def generate_title(
             "Chat %s: title not generated, the first one stays (%s: %s)",
             short_id(chat_id),
             type(error).__name__,
-            str(error).splitlines()[0][:200] if str(error) else "",
+            first_line(error),
         )
         return None
     if stored is None:

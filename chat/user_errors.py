@@ -18,6 +18,7 @@ import litellm
 
 from chat.state import TurnContext
 from chat.steps import short_id
+from core.logs import first_line
 from core.model_names import Answered, answered_by
 
 log = logging.getLogger("resolveai.chat")
@@ -61,7 +62,7 @@ def plain_reason(error: BaseException) -> str:
         return str(error)
     # The local model's own errors are written for the user ("The local model is busy with 3
     # requests already; try again in a minute"): more use than a generic sentence.
-    text = _first_line(error)
+    text = first_line(error, 500)
     if LOCAL_MODEL_SAYS in text:
         return text[text.index(LOCAL_MODEL_SAYS) :]
     for kind, sentence in _BY_KIND:
@@ -75,7 +76,7 @@ def reply_failed(error: BaseException, chat_id: uuid.UUID | str) -> str:
     """Log why a reply failed (raw, with a ref) and return what the user is told (with it)."""
     ref = new_ref()
     log.error("Chat %s: reply failed (ref %s): %s: %s", short_id(chat_id), ref,
-              type(error).__name__, _first_line(error))  # fmt: skip
+              type(error).__name__, first_line(error, 500))  # fmt: skip
     return f"{plain_reason(error)} (ref {ref})"
 
 
@@ -117,11 +118,6 @@ def web_search_status(status: str) -> str | None:
     if "WEB_SEARCH_PROVIDER=off" in status:
         return "Web search is turned off on this server (WEB_SEARCH_PROVIDER=off in .env)."
     return "Web search is off on this server (see README)."
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:500] if lines else ""
 
 
 def note_answer(turn: TurnContext, response: Any) -> None:

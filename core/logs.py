@@ -53,6 +53,13 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """An error's first line, cut to `limit` characters: what a one-line log entry quotes of it
+    (a provider's message can run to pages; "" when it has no text)."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(RedactingFormatter("%(asctime)s  %(message)s", datefmt="%H:%M:%S"))
