@@ -329,15 +329,23 @@ async def test_saved_steps_list_each_steps_duration(ui: UI, chat_services: Servi
 # --- accessibility -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize(
+    ("scheme", "chosen"),
+    [("light", None), ("dark", None), ("light", "dark")],  # system light, dark chosen in Settings
+)
 async def test_text_contrast_and_button_targets(
-    browser: Browser, ui_url: str, chat_services: Services, scheme: str
+    browser: Browser, ui_url: str, chat_services: Services, scheme: str, chosen: str | None
 ) -> None:
     chat_id = await seed_web_answer(chat_services, model="openai/gpt-4o-mini")
     page_ui, context = await new_ui(browser, ui_url, DESKTOP, scheme)
     try:
         await page_ui.open(f"#/chat/{chat_id}")
         page = page_ui.page
+        if chosen:  # as static/js/theme.js applies a theme chosen in Settings
+            await page.evaluate(
+                "(theme) => { document.documentElement.dataset.theme = theme }", chosen
+            )
+        scheme = chosen or scheme
         await expect(page.locator(".markdown .cite").first).to_be_visible()
         checks = [
             ("#composer-input", "::placeholder"),
