@@ -535,6 +535,20 @@ async def _owners(cur: Any, table: str, key: str, ids: Iterable[uuid.UUID]) -> d
     return {row["id"]: row["user_id"] for row in await cur.fetchall()}
 
 
+def _place(
+    owners: dict[uuid.UUID, Any], user_id: uuid.UUID, original: uuid.UUID, taken: bool = False
+) -> tuple[uuid.UUID, bool]:
+    """The id a record of the file gets for this user, and whether it is still to be written: the
+    user's own row under the file's id or the derived one is the record already there; else the
+    file's id if no one has it (and no part of the record is `taken`), else the derived one."""
+    mapped = _mapped(user_id, original)
+    if owners.get(original) == user_id:
+        return original, False
+    if owners.get(mapped) == user_id:
+        return mapped, False
+    return (original if original not in owners and not taken else mapped), True
+
+
 async def _place_chats(
     cur: Any, user_id: uuid.UUID, chats: list[ChatRecord]
 ) -> tuple[dict[uuid.UUID, uuid.UUID], list[ChatRecord]]:
@@ -546,16 +560,9 @@ async def _place_chats(
     taken_messages = await _owners(cur, "messages", "message_id", message_ids)
     placed, new = {}, []
     for chat in chats:
-        mapped = _mapped(user_id, chat.chat_id)
-        if chat_owners.get(chat.chat_id) == user_id:
-            placed[chat.chat_id] = chat.chat_id
-        elif chat_owners.get(mapped) == user_id:
-            placed[chat.chat_id] = mapped
-        else:
-            free = chat.chat_id not in chat_owners and not any(
-                m.message_id in taken_messages for m in chat.messages
-            )
-            placed[chat.chat_id] = chat.chat_id if free else mapped
+        taken = any(m.message_id in taken_messages for m in chat.messages)
+        placed[chat.chat_id], to_write = _place(chat_owners, user_id, chat.chat_id, taken)
+        if to_write:
             new.append(chat)
     return placed, new
 
@@ -567,15 +574,8 @@ async def _place_memories(
     owners = await _owners(cur, "memories", "memory_id", ids)
     placed, new = {}, []
     for memory in memories:
-        mapped = _mapped(user_id, memory.memory_id)
-        if owners.get(memory.memory_id) == user_id:
-            placed[memory.memory_id] = memory.memory_id
-        elif owners.get(mapped) == user_id:
-            placed[memory.memory_id] = mapped
-        else:
-            placed[memory.memory_id] = (
-                memory.memory_id if memory.memory_id not in owners else mapped
-            )
+        placed[memory.memory_id], to_write = _place(owners, user_id, memory.memory_id)
+        if to_write:
             new.append(memory)
     return placed, new
 
