@@ -29,7 +29,7 @@ from chat.steps import short_id
 from chat.turn_recovery import recover_turn
 from chat.user_errors import reply_failed
 from core import chat_store
-from core.preferences import get_preferences
+from core.preferences import with_defaults
 from core.services import Services
 
 log = logging.getLogger("resolveai.chat")
@@ -98,8 +98,6 @@ async def start_turn(
     new_chat = None
     continues = None
     lease = services.settings.chat_lease_seconds  # renewed by chat/turn_jobs.py
-    # Read before the chat is claimed: a failure here leaves no claim to give back.
-    preferences = await get_preferences(pool, user_id)
     if chat_id is None:
         # Chat, claim and first message in one statement: nothing is left half-made if the
         # database refuses the message.
@@ -138,7 +136,8 @@ async def start_turn(
     )  # fmt: skip
     log.info("Chat %s: %s (%d chars)", short_id(chat_id), what or "user message saved",
              len(content))  # fmt: skip
-    if claimed["temporary"] or claimed["memory_paused"]:
+    preferences = with_defaults(claimed["preferences"])  # read by the claim, on the way
+    if claimed["temporary"] or preferences["memory_paused"]:
         memory = "off"
     else:
         memory = "tools" if services.model_plan.capability("chat", "memory_tools") else "recall"

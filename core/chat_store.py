@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from core.accounts import LOCAL_USER_ID
 from core.document_store import has_documents_sql
-from core.preferences import memory_paused_sql
+from core.preferences import preferences_sql
 from core.statements import Db, fetch_all, fetch_one
 
 DEFAULT_TITLE = "New chat"
@@ -103,7 +103,7 @@ async def start_chat(
     temporary: bool = False,
 ) -> tuple[dict[str, Any], uuid.UUID]:
     """A new chat of `user_id`'s with its first (user) message as its head, claimed for
-    `run_id`'s reply (the row carries `previous_run_id`, None, and `memory_paused`, as
+    `run_id`'s reply (the row carries `previous_run_id`, None, and `preferences`, as
     `claim_chat_run`'s does): the chat's row and the message's id. One statement, so a message
     the database refuses leaves no empty chat."""
     message_id = uuid.uuid4()  # known up front: the chat's head from its first row on
@@ -116,7 +116,7 @@ async def start_chat(
         " added AS (INSERT INTO messages (message_id, chat_id, role, content)"
         "  SELECT %(message)s, chat_id, 'user', %(content)s FROM chat RETURNING message_id)"
         " SELECT chat.*, NULL::uuid AS previous_run_id,"
-        f" {memory_paused_sql('chat.user_id')} AS memory_paused,"
+        f" {preferences_sql('chat.user_id')} AS preferences,"
         f" {has_documents_sql('chat.user_id')} AS has_documents FROM chat, added",
         {"title": _clean_title(title), "temporary": temporary, "run": run_id, "user": user_id,
          "lease": lease_seconds, "message": message_id, "content": first_message},
@@ -253,7 +253,7 @@ async def claim_chat_run(
 ) -> dict[str, Any] | None:
     """Claim the chat for one reply (or extend this run's claim): the chat's id, `temporary` flag,
     owner (`user_id`), `previous_run_id` (an expired claim taken over: its turn may need
-    recovering) and whether memory is paused (`memory_paused`, read on the way), or None if
+    recovering) and the owner's stored preferences (`preferences`, read on the way), or None if
     another run holds it (or `user_id` has no such chat; None: whoever's it is)."""
     return await fetch_one(
         db,
@@ -265,7 +265,7 @@ async def claim_chat_run(
         " AND (c.run_id IS NULL OR c.run_id = %(run)s OR c.run_expires_at < now())"
         " RETURNING c.chat_id, c.temporary, c.user_id,"
         " CASE WHEN old.run_id <> %(run)s THEN old.run_id END AS previous_run_id,"
-        f" {memory_paused_sql('c.user_id')} AS memory_paused,"
+        f" {preferences_sql('c.user_id')} AS preferences,"
         f" {has_documents_sql('c.user_id')} AS has_documents",
         {"chat": chat_id, "run": run_id, "lease": lease_seconds, "user": user_id},
     )

@@ -28,7 +28,12 @@ async def get_preferences(db: Db, user_id: uuid.UUID) -> dict[str, Any]:
         "SELECT name, value FROM preferences WHERE user_id = %s AND name = ANY(%s)",
         (user_id, list(DEFAULTS)),
     )
-    stored = {row["name"]: row["value"] for row in rows}
+    return with_defaults({row["name"]: row["value"] for row in rows})
+
+
+def with_defaults(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """Every preference from the stored ones (name → value), the default for the rest."""
+    stored = stored or {}
     return {
         name: _or_default(stored.get(name, default), default) for name, default in DEFAULTS.items()
     }
@@ -60,11 +65,8 @@ async def memory_paused(db: Db, user_id: uuid.UUID) -> bool:
     return bool((await get_preferences(db, user_id))["memory_paused"])
 
 
-def memory_paused_sql(user_id: str) -> str:
-    """The same as an SQL expression for the user the column `user_id` names, for a statement
-    that reads it on the way (a message's claim of its chat: one round trip less per message)."""
-    return (
-        "coalesce((SELECT (value #>> '{}')::boolean FROM preferences"
-        f" WHERE user_id = {user_id} AND name = 'memory_paused'),"
-        f" {'true' if DEFAULTS['memory_paused'] else 'false'})"
-    )
+def preferences_sql(user_id: str) -> str:
+    """The stored preferences (a JSON object, name → value; `with_defaults` completes them) as an
+    SQL expression for the user the column `user_id` names, for a statement that reads them on
+    the way (a message's claim of its chat: one round trip less per message)."""
+    return f"(SELECT jsonb_object_agg(name, value) FROM preferences WHERE user_id = {user_id})"
