@@ -6,6 +6,7 @@ processes; and the refusal to serve without accounts on an address other machine
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -15,8 +16,12 @@ from typing import Any
 import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
+from pydantic import SecretStr
 
+from chat.auth import prepare_accounts
 from core import accounts
+from core.config import Settings
+from core.errors import StartupError
 from core.services import Services
 from tests.chat_client import password_services, send, serve
 from tests.scripted_model import ScriptedProvider
@@ -334,6 +339,29 @@ def data_dir_with_a_chat(tmp_path: Path) -> Iterator[Path]:
 
 SCRIPTED = {"MODELS_CONFIG": "tests/models.scripted.yaml", "SCRIPTED_WORDS": "3",
             "SCRIPTED_DELAY": "0"}  # fmt: skip
+
+
+async def test_processes_starting_at_once_make_one_first_admin_and_all_start(
+    memory_pool: AsyncConnectionPool, settings: Settings
+) -> None:
+    """Each process checks for an account, finds none, and makes the admin: the second one's
+    insert finds the name taken, which is the first one's doing, not a reason to refuse to start."""
+    admin = {
+        "auth_mode": "password",
+        "admin_username": "admin",
+        "admin_password": SecretStr(PASSWORD),
+    }
+    password_settings = settings.model_copy(update=admin)
+    starts = [prepare_accounts(password_settings, memory_pool) for _ in range(3)]
+    assert await asyncio.gather(*starts, return_exceptions=True) == [None, None, None]
+    assert [u["username"] for u in await accounts.list_users(memory_pool)] == ["admin"]
+
+    # A name taken by an account nobody can sign in to still stops a start.
+    async with memory_pool.connection() as conn:
+        await conn.execute("UPDATE users SET username = 'someone', password_hash = NULL")
+        await conn.execute("INSERT INTO users (username) VALUES ('Admin')")
+    with pytest.raises(StartupError, match="'admin' is taken"):
+        await prepare_accounts(password_settings, memory_pool)
 
 
 def test_the_first_admin_gets_the_data_and_limits_hold_across_two_processes(

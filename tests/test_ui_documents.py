@@ -486,10 +486,15 @@ async def check_unreadable_files(page_ui: UI) -> None:
     scanned_status = scanned_chip.locator(".attachment-status")
     await expect(scanned_status).to_contain_text("OCR")
     await expect(scanned_status).to_have_attribute("role", "alert")
+    # --danger is a light-dark() pair, so its colour is read resolved, from an element using it.
     red = await page.evaluate(
-        "getComputedStyle(document.documentElement).getPropertyValue('--danger').trim()"
+        "(() => { const probe = document.createElement('span');"
+        " probe.style.color = 'var(--danger)'; document.body.append(probe);"
+        " const color = getComputedStyle(probe).color; probe.remove(); return color; })()"
     )
-    assert await scanned_status.evaluate("el => getComputedStyle(el).color") == hex_to_rgb(red)
+    text = await page.evaluate("getComputedStyle(document.body).color")
+    assert red != text
+    assert await scanned_status.evaluate("el => getComputedStyle(el).color") == red
 
     # An encrypted PDF through the paperclip; a type ResolveAI does not read is refused at once.
     encrypted = f"{tag}-locked.pdf"
@@ -629,10 +634,3 @@ async def test_a_signed_in_upload_carries_the_csrf_token(
 
 def passages(count: int) -> str:
     return f"{count} passage" if count == 1 else f"{count} passages"
-
-
-def hex_to_rgb(color: str) -> str:
-    """'#c52b2b' → 'rgb(197, 43, 43)', as getComputedStyle gives colours."""
-    value = color.lstrip("#")
-    red, green, blue = (int(value[i : i + 2], 16) for i in (0, 2, 4))
-    return f"rgb({red}, {green}, {blue})"
