@@ -97,12 +97,8 @@ async def prepare_accounts(settings: Settings, db: Db) -> None:
         await accounts.add_user(
             db, settings.admin_username, settings.admin_password.get_secret_value(), is_admin=True
         )
-    except accounts.UsernameTaken:
-        # Several processes starting at once each saw no account; the first one made the admin.
-        if not await accounts.anyone_can_sign_in(db):
-            raise StartupError(
-                f"ADMIN_USERNAME / ADMIN_PASSWORD: The username {settings.admin_username!r}"
-                " is taken."
-            ) from None
     except accounts.AccountError as error:
+        # Several processes starting at once each saw no account; the first one made the admin.
+        if isinstance(error, accounts.UsernameTaken) and await accounts.anyone_can_sign_in(db):
+            return
         raise StartupError(f"ADMIN_USERNAME / ADMIN_PASSWORD: {error}") from None
