@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -865,3 +866,55 @@ async def test_real_model_process_is_shared_and_never_outlives_its_users(
             await asyncio.sleep(0.2)
     finally:
         owner.kill()
+
+
+@pytest.mark.slow
+async def test_stop_from_the_api_halts_the_real_model_within_a_second(
+    settings: Settings, real_model_settings: Settings
+) -> None:
+    """Stop end to end (#13): the real server on the real local model, `POST …/stop` while the
+    model writes; the reply ends as interrupted with what streamed, and the model's process is
+    idle within a second of the Stop. A temporary chat, so no memory extraction follows."""
+    from core.services import open_services
+    from tests.chat_client import messages_of, read_events, serve
+
+    weights = model_weights.default_model_path(real_model_settings)
+    saved_providers = list(litellm.custom_provider_map)  # the module's router keeps its own
+    services = await open_services(
+        settings.model_copy(
+            update={
+                "local_model_path": weights,
+                "local_model_warm_up": False,
+                "models_config": PROJECT_ROOT / "core" / "models.yaml",
+            }
+        )
+    )
+    try:
+        async with serve(services) as url, httpx.AsyncClient(base_url=url, timeout=300) as client:
+            question = {"content": "Count from 1 to 300, separated by commas.", "temporary": True}
+            async with client.stream("POST", "/api/messages", json=question) as response:
+                streamed: list[str] = []
+                chat_id, stopped_at, pid = "", 0.0, 0
+                async for event in read_events(response):
+                    if event["type"] == "chat":
+                        chat_id = event["chat_id"]
+                    elif event["type"] == "token":
+                        streamed.append(event["text"])
+                        if len(streamed) == 3:
+                            provider = provider_handler("local")
+                            assert isinstance(provider, LocalModelProvider)
+                            pid = model_pid(provider)
+                            busy = await asyncio.to_thread(cpu_seconds_over, pid, 1.0)
+                            assert busy > BUSY_CPU_SECONDS  # writing
+                            stopped_at = time.monotonic()
+                            stop = await client.post(f"/api/chats/{chat_id}/stop")
+                            assert stop.status_code == 200, stop.text
+                assert event["type"] == "interrupted", event
+            await asyncio.sleep(max(0.0, stopped_at + 1.0 - time.monotonic()))
+            assert await asyncio.to_thread(cpu_seconds_over, pid, 1.0) < IDLE_CPU_SECONDS
+            saved = await messages_of(client, chat_id)
+            assert saved[-1]["status"] == "interrupted"
+            assert saved[-1]["content"] == "".join(streamed) != ""
+    finally:
+        await services.close()
+        litellm.custom_provider_map = saved_providers
