@@ -123,6 +123,10 @@ async def test_pgvector_orders_by_cosine_distance(pool: AsyncConnectionPool) -> 
     # The adapter registered on pooled connections turns `vector` back into numbers.
     assert stored is not None
     np.testing.assert_allclose(stored[0].to_numpy(), unit_vector((0, 1.0), (1, 0.1)), rtol=1e-6)
+    # Gone again: an app started later on this database re-embeds rows of another model with the
+    # real embedder, and "near" would then be recalled in other tests' chats.
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM memories WHERE embed_model = %s", (model,))
 
 
 async def test_memory_longer_than_500_characters_is_rejected(pool: AsyncConnectionPool) -> None:

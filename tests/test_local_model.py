@@ -870,7 +870,7 @@ async def test_real_model_process_is_shared_and_never_outlives_its_users(
 
 @pytest.mark.slow
 async def test_stop_from_the_api_halts_the_real_model_within_a_second(
-    settings: Settings, real_model_settings: Settings
+    settings: Settings, real_model_settings: Settings, fresh_database: str
 ) -> None:
     """Stop end to end (#13): the real server on the real local model, `POST …/stop` while the
     model writes; the reply ends as interrupted with what streamed, and the model's process is
@@ -885,6 +885,9 @@ async def test_stop_from_the_api_halts_the_real_model_within_a_second(
             update={
                 "local_model_path": weights,
                 "local_model_warm_up": False,
+                # A database of its own: the app's start-up re-embeds memories written with another
+                # embedding model, and the session database holds test rows kept apart that way.
+                "database_url": fresh_database,
                 "models_config": PROJECT_ROOT / "core" / "models.yaml",
             }
         )
