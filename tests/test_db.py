@@ -98,8 +98,12 @@ async def test_concurrent_migrations_on_a_fresh_database_apply_each_once(
 # pgvector and memories
 
 
-async def test_pgvector_orders_by_cosine_distance(pool: AsyncConnectionPool) -> None:
-    model = f"test-order-{uuid.uuid4().hex}"  # keeps this test's rows apart from others'
+async def test_pgvector_orders_by_cosine_distance(memory_pool: AsyncConnectionPool) -> None:
+    # A database of its own: an app started later on a shared one would re-embed these rows of
+    # another model with the real embedder (memory_store.reembed_stale_memories), and "near" would
+    # then be recalled in other tests' chats.
+    pool = memory_pool
+    model = f"test-order-{uuid.uuid4().hex}"
     near = await memory_store.add_memory(pool, "near", unit_vector((0, 1.0), (1, 0.1)), model)
     far = await memory_store.add_memory(pool, "far", unit_vector((1, 1.0)), model)
     middle = await memory_store.add_memory(pool, "middle", unit_vector((0, 1.0), (1, 1.0)), model)
@@ -123,10 +127,6 @@ async def test_pgvector_orders_by_cosine_distance(pool: AsyncConnectionPool) -> 
     # The adapter registered on pooled connections turns `vector` back into numbers.
     assert stored is not None
     np.testing.assert_allclose(stored[0].to_numpy(), unit_vector((0, 1.0), (1, 0.1)), rtol=1e-6)
-    # Gone again: an app started later on this database re-embeds rows of another model with the
-    # real embedder, and "near" would then be recalled in other tests' chats.
-    async with pool.connection() as conn:
-        await conn.execute("DELETE FROM memories WHERE embed_model = %s", (model,))
 
 
 async def test_memory_longer_than_500_characters_is_rejected(pool: AsyncConnectionPool) -> None:
