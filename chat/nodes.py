@@ -20,7 +20,7 @@ from langgraph.config import get_stream_writer
 
 from chat.document_recall import recall_documents
 from chat.memory_recall import recall_memories
-from chat.replies import save_reply
+from chat.replies import done_event, save_reply
 from chat.state import ChatState, TurnContext, turn_of
 from chat.steps import short_id, step_event
 from chat.summary import FOLD_AT_UNSUMMARISED
@@ -28,7 +28,6 @@ from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
 from chat.user_errors import note_answer, web_search_failed
 from core import chat_store
-from core.model_names import friendly_name
 from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
@@ -514,15 +513,11 @@ async def save_turn(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
         sources=state.get("sources", []),
         tool_calls=state.get("tool_calls", []),
     )
-    message_id = str(message["message_id"])
     log.info(
         "Chat %s: reply saved (%d chars, %d ms after the message)",
         short_id(turn.chat_id),
         len(state.get("reply", "")),
         (time.monotonic() - turn.started) * 1000,
     )
-    get_stream_writer()(
-        {"type": "done", "message_id": message_id, "model": turn.model,
-         "model_name": friendly_name(turn.model), "notes": list(turn.notes)}
-    )  # fmt: skip
-    return {"assistant_message_id": message_id}
+    get_stream_writer()(done_event(turn, message))
+    return {"assistant_message_id": str(message["message_id"])}

@@ -19,6 +19,7 @@ from chat.state import TurnContext
 from chat.steps import short_id
 from core import chat_store, memory_jobs
 from core.logs import first_line
+from core.model_names import friendly_name
 
 log = logging.getLogger("resolveai.chat")
 
@@ -52,6 +53,17 @@ async def save_reply(context: TurnContext, text: str, **fields: Any) -> dict[str
                         short_id(context.chat_id), first_line(error))  # fmt: skip
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+def done_event(context: TurnContext, message: dict[str, Any]) -> dict[str, Any]:
+    """The event that ends a turn whose reply is saved complete."""
+    return {
+        "type": "done",
+        "message_id": str(message["message_id"]),
+        "model": context.model,
+        "model_name": friendly_name(context.model),
+        "notes": list(context.notes),
+    }
 
 
 async def _save(context: TurnContext, text: str, **fields: Any) -> dict[str, Any]:

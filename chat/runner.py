@@ -23,7 +23,7 @@ from typing import Any
 
 from chat import summary, titles
 from chat.graph import graph
-from chat.replies import ReplyNotSaved, save_reply
+from chat.replies import ReplyNotSaved, done_event, save_reply
 from chat.state import TurnContext
 from chat.steps import short_id
 from chat.turn_recovery import recover_turn
@@ -60,6 +60,9 @@ class Turn:
     use_web: bool
     new_chat: dict[str, Any] | None = None
     released: bool = False  # the chat's claim given back (a database fault can prevent it)
+    # The `done` event, once the reply is saved complete: emitted by the graph, or made here when
+    # an ending (a Stop, a failure) came after the save's commit but before the graph emitted it.
+    done: dict[str, Any] | None = None
 
 
 def title_from(content: str) -> str:
@@ -197,7 +200,6 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
     context = turn.context
     pool = context.services.database.pool
     reply: list[str] = []
-    saved = False
     try:
         if turn.new_chat is not None:
             yield {
@@ -221,21 +223,28 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             if event.get("type") == "token":
                 reply.append(event["text"])
             elif event.get("type") == "done":
-                saved = True
+                turn.done = event
             yield event
     except asyncio.CancelledError:
-        if not saved:
+        if turn.done is None:
             await asyncio.shield(_save_partial(turn, "".join(reply), "interrupted", None))
         raise
     except Exception as error:
+        if turn.done is not None:  # after `done`: the reply is saved, the user has it
+            log.warning("Chat %s: after the reply was saved: %s", short_id(context.chat_id),
+                        error)  # fmt: skip
+            return
         # The user reads a sentence and a ref; the raw reason is logged with that ref.
         message = reply_failed(error, context.chat_id)
-        if not saved and not isinstance(error, ReplyNotSaved):
+        if not isinstance(error, ReplyNotSaved):
             try:
                 await _save_partial(turn, "".join(reply), "error", message)
             except ReplyNotSaved as unsaved:
                 message = str(unsaved)
-        yield {"type": "error", "message": message}
+        if turn.done is None:
+            yield {"type": "error", "message": message}
+        else:  # it failed after the save's commit, before `done`: the reply is complete
+            yield turn.done
     finally:
         # Ended early (client gone, Stop): the graph's nodes must stop too, the model with them.
         context.stop_work()
@@ -248,13 +257,19 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             context.services, context.chat_id, context.trace_id, context.seen.get("unsummarised")
         )
         # A new chat's first reply, saved: the utility model names the chat (chat/titles.py).
-        if turn.new_chat is not None and saved:
+        if turn.new_chat is not None and turn.done is not None:
             titles.start_title(
                 context.services, context.chat_id, turn.content, "".join(reply), context.trace_id
             )
 
 
 async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -> None:
+    """Save the reply so far as `status`; if the graph had saved it complete already (the ending
+    came between that save and its `done`), it stays complete and `turn.done` is set."""
     context = turn.context
-    await save_reply(context, text, status=status, error=error)
+    message = await save_reply(context, text, status=status, error=error)
+    if message["status"] == "complete":
+        turn.done = done_event(context, message)
+        log.info("Chat %s: reply was saved complete already", short_id(context.chat_id))
+        return
     log.info("Chat %s: reply saved as %s (%d chars)", short_id(context.chat_id), status, len(text))

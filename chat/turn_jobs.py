@@ -97,8 +97,12 @@ class TurnJob:
                 self.publish(event)
         except asyncio.CancelledError:
             # Stopped (here or from another process), ended, or the server is shutting down:
-            # stream_turn saved the reply so far as interrupted before this was reached.
-            if self.failure is None:
+            # stream_turn saved the reply so far as interrupted before this was reached, unless
+            # it was saved complete already (`done`: sent, or to send).
+            if self.turn.done is not None:
+                if not self.events or self.events[-1] is not self.turn.done:
+                    self.publish(self.turn.done)
+            elif self.failure is None:
                 self.publish(STOPPED)
             else:
                 message = reply_ended(self.failure, self.failure_detail, self.chat_id)

@@ -28,7 +28,7 @@ import psycopg_pool
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from chat import replies, turn_jobs
+from chat import nodes, replies, turn_jobs
 from chat.turn_recovery import recover_abandoned_turns
 from core import chat_store, turn_store
 from core.config import Settings
@@ -126,6 +126,42 @@ async def test_stop_from_the_api_ends_the_reply_within_a_second_and_saves_what_s
     assert response.status_code == 409 and "No reply" in response.json()["error"]
     model.push({"text": "ok"})
     assert [e["type"] for e in await send(client, "still there?", chat_id)][-1] == "done"
+
+
+async def test_a_stop_landing_after_the_reply_was_saved_ends_the_stream_with_done(
+    client, model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Stop falls between the save's commit and the `done` event: the reply is complete, so
+    the stream says so (`done` with its id), as the saved message does; nothing says stopped."""
+    saved_it, stop_sent = asyncio.Event(), asyncio.Event()
+
+    async def save_then_wait_for_the_stop(context: Any, text: str, **fields: Any) -> Any:
+        message = await replies.save_reply(context, text, **fields)
+        saved_it.set()
+        await stop_sent.wait()  # the node is cancelled here, before it can emit `done`
+        return message
+
+    monkeypatch.setattr(nodes, "save_reply", save_then_wait_for_the_stop)
+    model.push({"text": "All of it."})
+    async with client.stream("POST", "/api/messages", json={"content": "Short one"}) as r:
+        events = []
+        async for event in read_events(r):
+            events.append(event)
+            if event["type"] == "chat":
+                chat_id = event["chat_id"]
+            if event["type"] == "token" and not stop_sent.is_set():
+                await saved_it.wait()
+                assert (await client.post(f"/api/chats/{chat_id}/stop")).status_code == 200
+                stop_sent.set()
+    saved = await messages_of(client, chat_id)
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"), ("assistant", "complete"),
+    ]  # fmt: skip
+    assert events[-1] == {**events[-1], "type": "done", "message_id": saved[1]["message_id"]}
+    assert "interrupted" not in [e["type"] for e in events]
+    assert saved[1]["content"] == text_of([(None, e) for e in events]) == "All of it."
+    # Replayed from the event log, it ends the same way.
+    assert (await follow(client, chat_id))[-1][1]["type"] == "done"
 
 
 @asynccontextmanager
