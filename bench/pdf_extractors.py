@@ -136,7 +136,8 @@ def _resolveai(path: str, in_subprocess: bool = False) -> list[str]:
 
     import pypdfium2
 
-    from rag.document_convert import DocumentRejected, convert_document, convert_in_subprocess
+    from rag.conversion_process import convert_in_subprocess
+    from rag.document_convert import DocumentRejected, convert_document
 
     data = Path(path).read_bytes()
     pages = [""] * len(pypdfium2.PdfDocument(data))

@@ -33,28 +33,17 @@ markitdown wraps these same libraries; it was not used because importing it take
 magika and onnxruntime, and pandas for XLSX, ~160 MB) in every conversion process, for file-type
 guessing we do not need, and its PDF path keeps no page boundaries.
 
-`convert_in_subprocess` runs the conversion in a separate Python process (`python -m
-rag.document_convert`, the file on stdin, JSON on stdout) with an address-space and CPU limit and a
-wall-clock time-out, so a parser that crashes, blows up memory or hangs on a hostile file costs a
-refused upload, never the web server. It is not a sandbox: the child runs as the server's user.
+The server never runs these parsers itself: rag/conversion_process.py runs them in a separate,
+limited process.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import csv
 import datetime as dt
 import io
-import json
 import logging
-import math
-import os
 import re
-import resource
-import signal
-import sys
 import threading
 import zipfile
 from collections import Counter
@@ -606,158 +595,3 @@ _CONVERTERS: dict[str, Callable[[bytes], Converted]] = {
     "markdown": _convert_markdown,
     "text": _convert_text,
 }
-
-
-# The conversion process --------------------------------------------------------------------------
-
-_EXIT_MEMORY = 3
-# What a library prints when an allocation fails under RLIMIT_AS before it gives up (Python's
-# MemoryError, C++'s std::bad_alloc, malloc's ENOMEM, OpenBLAS's "Memory allocation still failed").
-_OUT_OF_MEMORY_SIGNS = (
-    "memoryerror",
-    "bad_alloc",
-    "cannot allocate memory",
-    "out of memory",
-    "memory allocation",
-)
-# Set only by the tests, to make the child hang, crash or run out of memory on purpose.
-_FAULT_ENV = "RESOLVEAI_CONVERT_FAULT"
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-async def convert_in_subprocess(
-    data: bytes,
-    filename: str,
-    # The child's own limit, which also sets its CPU limit: not a wrapper's time-out (ASYNC109).
-    timeout: float = 120,  # noqa: ASYNC109
-    memory_mb: int = 1024,
-) -> Converted:
-    """`convert_document` in a separate, limited process; never blocks the event loop.
-
-    A time-out (`timeout` seconds of wall-clock time), the memory limit (`memory_mb` of address
-    space) or a crash of the child raise DocumentRejected, like a file that cannot be read.
-    Cancelling the call kills the child.
-    """
-    kind_of(filename)  # the cheap refusals need no process
-    if not data:
-        raise DocumentRejected("This file is empty.")
-    # The CPU limit backs up the wall-clock one: it ends a child left behind by a dying server.
-    cpu_seconds = math.ceil(timeout) + 1
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "rag.document_convert",
-        f"--memory-mb={memory_mb}",
-        f"--cpu-seconds={cpu_seconds}",
-        "--",
-        filename,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=_PROJECT_ROOT,
-        # openpyxl imports numpy when it is installed, whose OpenBLAS starts a thread (with its
-        # own buffers) per core: the child computes nothing with it.
-        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
-    )
-    try:
-        try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(data), timeout)
-        except TimeoutError:
-            raise DocumentRejected(
-                f"Reading this file took longer than {timeout:g} s, so it was stopped: "
-                "try a smaller file or split it."
-            ) from None
-    finally:
-        if process.returncode is None:  # timed out or cancelled: the child must not linger
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-    code = process.returncode
-    reply = None
-    if code == 0:
-        # A big result parses in a thread: the loop keeps serving meanwhile.
-        with contextlib.suppress(ValueError):
-            reply = (
-                await asyncio.to_thread(json.loads, stdout)
-                if len(stdout) > 1 << 20
-                else json.loads(stdout)
-            )
-    if isinstance(reply, dict):
-        if "rejected" in reply:
-            raise DocumentRejected(reply["rejected"])
-        pages = [Page(number, markdown) for number, markdown in reply["pages"]]
-        return Converted(reply["kind"], pages, reply["page_count"])
-    tail = stderr.decode(errors="replace")[-2000:]
-    logger.warning("document conversion process ended with %s: %s", code, tail)
-    if code == _EXIT_MEMORY or any(sign in tail.lower() for sign in _OUT_OF_MEMORY_SIGNS):
-        raise DocumentRejected(
-            f"Reading this file needed more than {memory_mb} MB of memory, so it was stopped."
-        )
-    if code == -signal.SIGXCPU:  # its CPU limit
-        raise DocumentRejected(
-            f"Reading this file took longer than {timeout:g} s, so it was stopped: "
-            "try a smaller file or split it."
-        )
-    raise DocumentRejected(
-        "The converter stopped unexpectedly while reading this file: it may be damaged."
-    )
-
-
-def _limit(memory_mb: int, cpu_seconds: int) -> None:
-    # Set by the child on itself before it reads the file, rather than in a preexec_fn: that
-    # runs between fork and exec in a server with threads, which Python documents as unsafe.
-    memory = memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing parser leaves no core file
-
-
-def _fault(kind: str) -> None:
-    if kind == "hang":
-        while True:
-            pass
-    if kind == "crash":
-        os.abort()
-    if kind == "memory":
-        hog = []
-        while True:
-            hog.append(bytearray(16 << 20))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The child: the file on stdin, its name as the argument, a JSON result on stdout."""
-    parser = argparse.ArgumentParser(description="Convert one document (stdin) to JSON pages.")
-    parser.add_argument("--memory-mb", type=int, default=1024)
-    parser.add_argument("--cpu-seconds", type=int, default=121)
-    parser.add_argument("filename")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    # The result gets stdout to itself: whatever a library prints (Python or C) goes to stderr.
-    result = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    _limit(args.memory_mb, args.cpu_seconds)
-    data = sys.stdin.buffer.read()
-    out_of_memory = False
-    try:
-        if os.environ.get(_FAULT_ENV):
-            _fault(os.environ[_FAULT_ENV])
-        converted = convert_document(data, args.filename)
-        del data
-        reply: dict[str, Any] = {
-            "kind": converted.kind,
-            "page_count": converted.page_count,
-            "pages": [[page.number, page.markdown] for page in converted.pages],
-        }
-    except DocumentRejected as rejection:
-        reply = {"rejected": str(rejection)}
-    except MemoryError:
-        out_of_memory = True  # handled outside the except block, once the frames are freed
-    if out_of_memory:
-        return _EXIT_MEMORY
-    with result:
-        result.write(json.dumps(reply, ensure_ascii=False).encode())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

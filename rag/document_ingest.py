@@ -20,7 +20,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from core import document_store
 from core.document_store import StoredChunk
-from rag.document_convert import Converted, DocumentRejected, convert_in_subprocess
+from rag.conversion_process import convert_in_subprocess
+from rag.document_convert import Converted, DocumentRejected
 from rag.embedder import Embedder
 from rag.md_chunker import NO_SECTION, budget_for, chunk_page
 from rag.search_providers import SearchResult

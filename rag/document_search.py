@@ -6,7 +6,9 @@ Each half is a shape its index answers: `ORDER BY embedding <=> … LIMIT` with 
 scan (one user's chunks among everyone's, core/memory_store.py's ITERATIVE_SCAN_SQL), and `@@` a
 tsquery of the message's words joined by OR (as BM25 counts any shared word: an AND of every word,
 `websearch_to_tsquery`, found the answer's passage in the top 5 for 0.90 of the SQuAD questions
-against 0.97 with OR, evals `documents-qa --limit 300`). Only their union is scored. A chunk is
+against 0.97 with OR, evals `documents-qa --limit 300`), leaving out words so common in a large
+library that looking for them would rank thousands of chunks (`COMMON_WORD_CHUNKS`; they still
+score). Only their union is scored. A chunk is
 kept if it is close enough in meaning (`RELEVANCE_FLOOR`) or matched by words and not unrelated in
 meaning (`WORDS_FLOOR`), so a question about something else finds nothing and no document is
 pushed into every answer. Chunks of the documents attached to the chat come first among equals
@@ -15,9 +17,13 @@ pushed into every answer. Chunks of the documents attached to the chat come firs
 
 from __future__ import annotations
 
+import time
 import uuid
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -25,7 +31,22 @@ from core.memory_search import LEXEME_QUERY, ef_search_sql
 from core.memory_store import ITERATIVE_SCAN_SQL, QueryEmbedder, check_embedding
 from rag.ranker import RRF_K
 
-CANDIDATES = 40  # from each half
+CANDIDATES = 40  # from the words half
+# From the meaning half. One user's chunks among many: pgvector's iterative scan visits about
+# (candidates / the user's share) index entries and their table rows, mostly out of the CPU's
+# caches for a new query. evals `documents-qa --limit 300` (five pages), 40 → 20: recall@5 the
+# same (0.973 Markdown, 0.937 PDF), recall@20 0.997 → 0.993 and 0.973 → 0.967, MRR 0.893 → 0.892
+# and 0.816 → 0.815; a reply cites the top 5.
+MEANING_CANDIDATES = 20
+# Words in more chunks than this (by Postgres's statistics of the table, refreshed by autovacuum's
+# ANALYZE) are not looked for, as core/memory_search.py's MAX_WORD_SHARE: each match of a common
+# word is ranked ("year" in a SQuAD question matched 10k of 100k chunks). They still count in the
+# score of the chunks the rarer words find. A small library (under this many chunks) has no such
+# words: every word is looked for. On bench/documents.py's 100k chunks (10 users; bench/RESULTS.md,
+# 2026-12-03), the statement alone, before → after these two changes, p50 / p95: 47 / 73 →
+# 28 / 42 ms; its words half alone 15.5 / 35.8 → 13.7 / 26.4 ms, its meaning half alone 15.6 /
+# 31.4 → 14.1 / 25.7 ms.
+COMMON_WORD_CHUNKS = 2000
 # MiniLM similarity of a question to a passage that answers it is mostly 0.35-0.7; an unrelated
 # passage sits below 0.2. Tuned on aggregates of the SQuAD pages (evals), never on single cases.
 RELEVANCE_FLOOR = 0.3
@@ -33,20 +54,45 @@ WORDS_FLOOR = 0.15
 # A chunk of a file attached in this chat counts as if ranked this much higher in both lists.
 CHAT_BOOST = 1.0 / (RRF_K + 1)
 
-SEARCH_SQL = f"""
-WITH query AS (
-    SELECT string_agg({LEXEME_QUERY}::text, ' | ')::tsquery AS any_word
+# The lexemes in more than %(common_chunks)s chunks, from Postgres's statistics of the table.
+COMMON_WORDS_SQL = """
+SELECT coalesce(array_agg(e.lexeme), '{}') FROM pg_stats AS s,
+    unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, share)
+WHERE s.schemaname = current_schema() AND s.tablename = 'document_chunks'
+  AND s.attname = 'content_words'
+  AND e.lexeme IS NOT NULL  -- the frequencies array ends with 3 summary figures
+  AND e.share * (SELECT reltuples FROM pg_class WHERE oid = 'document_chunks'::regclass)
+      > %(common_chunks)s
+"""
+# Read again this often by each server process. The statistics change only when Postgres analyzes
+# the table (autovacuum, after a good share of it changed), and reading them in the search
+# statement cost ~4 ms of every search (planning the pg_stats view, unpacking its arrays).
+COMMON_WORDS_SECONDS = 300.0
+_common_words: weakref.WeakKeyDictionary[AsyncConnectionPool, tuple[float, int, list[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+# The message's words as two tsqueries: every word (`any_word`, which scores) and the words looked
+# for (`rare_word`: not one of %(common)s).
+QUERY_WORDS_SQL = f"""
+query AS (
+    SELECT string_agg({LEXEME_QUERY}::text, ' | ')::tsquery AS any_word,
+           string_agg({LEXEME_QUERY}::text, ' | ')
+               FILTER (WHERE lexeme <> ALL (%(common)s::text[]))::tsquery AS rare_word
     FROM unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lexeme
-), by_meaning AS (
+)"""
+
+SEARCH_SQL = f"""
+WITH {QUERY_WORDS_SQL}, by_meaning AS (
     SELECT chunk_id, row_number() OVER (ORDER BY distance, chunk_id) AS rank FROM (
         SELECT chunk_id, embedding <=> %(vector)s AS distance FROM document_chunks
         WHERE user_id = %(user)s AND embed_model = %(model)s
-        ORDER BY embedding <=> %(vector)s LIMIT %(candidates)s) nearest
+        ORDER BY embedding <=> %(vector)s LIMIT %(meaning_candidates)s) nearest
 ), by_words AS (
     SELECT chunk_id, row_number() OVER (ORDER BY score DESC, chunk_id) AS rank FROM (
         SELECT chunk_id, ts_rank(content_words, query.any_word, 1) AS score
         FROM document_chunks, query
-        WHERE user_id = %(user)s AND content_words @@ query.any_word
+        WHERE user_id = %(user)s AND content_words @@ query.rare_word
         ORDER BY score DESC LIMIT %(candidates)s) matched
 ), fused AS (
     SELECT chunk_id, sum(1.0 / ({RRF_K} + rank)) AS score, bool_or(words) AS words
@@ -93,14 +139,30 @@ async def search_documents(
         raise ValueError("The document search query can't be empty")
     vector = check_embedding(await embedder.embed_query(text))
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        common = await common_words(pool, conn)
         async with conn.pipeline(), conn.transaction():
             await conn.execute(ef_search_sql(CANDIDATES))
             await conn.execute(ITERATIVE_SCAN_SQL)
             await cur.execute(
                 SEARCH_SQL,
                 {"user": user_id, "model": embedder.model_name, "vector": vector, "text": text,
-                 "candidates": CANDIDATES, "chat": chat_id, "floor": RELEVANCE_FLOOR,
+                 "candidates": CANDIDATES, "meaning_candidates": MEANING_CANDIDATES,
+                 "common": common, "chat": chat_id, "floor": RELEVANCE_FLOOR,
                  "words_floor": WORDS_FLOOR, "limit": limit},
             )  # fmt: skip
         rows = await cur.fetchall()
     return [FoundChunk(**row) for row in rows]
+
+
+async def common_words(pool: AsyncConnectionPool, conn: AsyncConnection[Any]) -> list[str]:
+    """The lexemes not looked for (COMMON_WORD_CHUNKS), as last read from `pool`'s database."""
+    now = time.monotonic()
+    cached = _common_words.get(pool)
+    if cached and cached[1] == COMMON_WORD_CHUNKS and now - cached[0] < COMMON_WORDS_SECONDS:
+        return cached[2]
+    async with conn.transaction():  # not left open: the pool would roll it back with a warning
+        cur = await conn.execute(COMMON_WORDS_SQL, {"common_chunks": COMMON_WORD_CHUNKS})
+        row = await cur.fetchone()
+    words = list(row[0]) if row else []
+    _common_words[pool] = (now, COMMON_WORD_CHUNKS, words)
+    return words

@@ -21,6 +21,7 @@ from core import document_store
 from core.accounts import LOCAL_USER_ID
 from core.services import Services
 from evals.pdf_pages import pdf_with_pages, wrap
+from rag import document_search
 from tests.chat_client import password_services, send, serve
 from tests.scripted_model import ScriptedProvider
 from tests.test_accounts import new_user, sign_in
@@ -271,3 +272,58 @@ async def test_a_model_with_tools_searches_the_documents_for_something_else(
     # Offered only to a user who has documents.
     assert "search_documents" not in available_tool_names(chat_services, documents=False)
     assert "search_documents" in available_tool_names(chat_services, documents=True)
+
+
+async def test_a_word_in_most_chunks_scores_but_is_not_looked_for(
+    memory_pool, embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rag/document_search.py: the words half looks only for words in at most
+    COMMON_WORD_CHUNKS chunks (Postgres's statistics), so a word in most of a big library does not
+    make every chunk a candidate to rank; the rarer words are looked for, and the common one still
+    counts in their score."""
+    async with memory_pool.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO users (username) VALUES ('librarian') RETURNING user_id"
+        )
+        (user,) = await cur.fetchone()
+    document, _ = await document_store.add_document(
+        memory_pool, user, "zoo.txt", "text/plain", b"zoo notes"
+    )
+    texts = [f"Zebra note {n}: the herd crossed the river at dawn." for n in range(25)]
+    texts += [f"Giraffe note {n}: tall necks reach the acacia leaves." for n in range(5)]
+    vectors = await embedder.embed_documents(texts)
+    chunks = [
+        document_store.StoredChunk(None, "", text, vector)
+        for text, vector in zip(texts, vectors, strict=True)
+    ]
+    assert await document_store.store_chunks(
+        memory_pool, document["document_id"], chunks, embedder.model_name, "text", None
+    )
+    async with memory_pool.connection() as conn:
+        await conn.execute("ANALYZE document_chunks")
+
+    async def words(common: list[str]) -> tuple[str, str | None]:
+        async with memory_pool.connection() as conn:
+            cur = await conn.execute(
+                f"WITH {document_search.QUERY_WORDS_SQL}"
+                " SELECT any_word::text, rare_word::text FROM query",
+                {"text": "zebra giraffe", "common": common},
+            )
+            return await cur.fetchone()
+
+    async def common_words() -> list[str]:
+        async with memory_pool.connection() as conn:
+            return await document_search.common_words(memory_pool, conn)
+
+    # 25 of 30 chunks hold "zebra", 5 "giraffe": under 2000 chunks, every word is sought...
+    assert await common_words() == []
+    assert await words([]) == ("'giraff' | 'zebra'", "'giraff' | 'zebra'")
+    # ... over a limit of 10, "zebra" only scores.
+    monkeypatch.setattr(document_search, "COMMON_WORD_CHUNKS", 10)
+    common = await common_words()
+    assert "zebra" in common and "note" in common and "giraff" not in common
+    assert await words(common) == ("'giraff' | 'zebra'", "'giraff'")
+    found = await document_search.search_documents(
+        memory_pool, embedder, "zebra giraffe", user_id=user, limit=30
+    )
+    assert {c.content for c in found} >= set(texts[25:])  # the giraffe chunks, found by words too

@@ -811,6 +811,8 @@ async def test_real_model_crash_gives_a_clear_error_and_restarts(
         model="chat", messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
     )
     assert reply.choices[0].message.content.strip()
+    # Seen by the request and by the watcher thread alike, the one crash is one restart.
+    assert provider.process.restarts == restarts + 1, provider.process.health()
 
 
 @pytest.mark.slow

@@ -153,13 +153,17 @@ class LocalModelProcess:
                 if info and _answers(info) is not None:
                     self.state, self._known = "ready", info
                     return _endpoint(info)
-                if self.state not in ("restarting",):
+                restarting = self.state == "restarting"
+                if not restarting:
                     self.state = "starting"
                 try:
                     info = self._start(info)
                 except LocalModelFailure as error:
                     self.state, self.last_error = "failed", str(error)
                     raise
+                # Counted where a process is started: a crash seen both by a request and by the
+                # watcher thread starts one process, and counts once.
+                self.restarts += restarting
                 self.state, self.last_error, self._known = "ready", None, info
                 return _endpoint(info)
 
@@ -237,7 +241,6 @@ class LocalModelProcess:
             return
         try:
             self._ensure_running()
-            self.restarts += 1
         except LocalModelFailure as error:
             log.error("Local model: could not restart: %s", error)
 
