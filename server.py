@@ -46,6 +46,7 @@ from chat.search_routes import router as search_router
 from chat.settings_routes import router as settings_router
 from chat.turn_jobs import TurnJobs
 from chat.turn_recovery import recover_abandoned_turns
+from chat.usage_routes import router as usage_router
 from chat.warm_up import warm_local_model
 from core import accounts
 from core.api_schema import install_api_schema
@@ -211,6 +212,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(export_router, **signed_in)
     app.include_router(settings_router, **signed_in)
     app.include_router(search_router, **signed_in)
+    app.include_router(usage_router, **signed_in)
     app.include_router(openai_router, **signed_in)
     add_docs_pages(app)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
+from core.tracing import traced
 from rag.document_search import FoundChunk, search_documents
 
 log = logging.getLogger("resolveai.documents")
@@ -42,6 +43,7 @@ def document_source(n: int, chunk: FoundChunk) -> dict[str, Any]:
     }
 
 
+@traced("document recall", kind="retriever")
 async def recall_documents(
     turn: TurnContext, text: str
 ) -> tuple[list[dict[str, Any]], list[tuple[int, str, list[str]]]]:

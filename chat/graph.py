@@ -19,15 +19,22 @@ from chat.nodes import (
     save_turn,
     use_tool_answer,
 )
-from chat.state import ChatState, stoppable
+from chat.state import ChatState, Node, stoppable
+from core.tracing import traced
+
+
+def node(name: str, run: Node) -> Node:
+    """A node that can be stopped with its turn (chat/state.py: a client gone, Stop), traced as a
+    span of the message's trace."""
+    return stoppable(traced(name)(run))
+
 
 builder = StateGraph(ChatState)
-# Every node can be stopped with its turn (chat/state.py: a client gone, Stop).
-builder.add_node("build_prompt", stoppable(build_prompt))
-builder.add_node("call_model", stoppable(call_model))
-builder.add_node("tools", stoppable(run_tools))
-builder.add_node("use_tool_answer", stoppable(use_tool_answer))
-builder.add_node("save_turn", stoppable(save_turn))
+builder.add_node("build_prompt", node("build_prompt", build_prompt))
+builder.add_node("call_model", node("call_model", call_model))
+builder.add_node("tools", node("tools", run_tools))
+builder.add_node("use_tool_answer", node("use_tool_answer", use_tool_answer))
+builder.add_node("save_turn", node("save_turn", save_turn))
 
 builder.add_edge(START, "build_prompt")
 builder.add_edge("build_prompt", "call_model")

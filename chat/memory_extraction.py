@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import chat_store, memory_store
+from core import chat_store, memory_store, tracing
 from core.grounding import (
     best_supporting_sentence,
     numbered_sentences,
@@ -103,6 +103,24 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
         result.skipped = "memory is paused"
     if message is None or result.skipped:
         return result
+    with tracing.message_trace(
+        message_id, "memory extraction", chat_id=message["chat_id"],
+        user_id=message["user_id"], input=message["content"],
+    ) as root:  # fmt: skip
+        await _extract(services, message_id, message, result)
+        if root is not None:
+            root.update(
+                output={"saved": len(result.saved), "updated": len(result.updated),
+                        "superseded": len(result.superseded), "refused": result.refused}
+            )  # fmt: skip
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _extract(
+    services: Services, message_id: uuid.UUID, message: dict[str, Any], result: ExtractionResult
+) -> None:
+    pool = services.database.pool
     text = message["content"]
     known = await retrieve_memories(
         pool, services.embedder, text, user_id=message["user_id"], limit=KNOWN_MEMORIES
@@ -116,6 +134,10 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
         response_format=RESPONSE_FORMAT,
         max_tokens=MAX_OUTPUT_TOKENS,
         temperature=0,
+        metadata=tracing.trace_metadata(
+            str(message_id), str(message["chat_id"]), "memory extraction call",
+            user_id=str(message["user_id"]),
+        ),
     )  # fmt: skip
     answer = response.choices[0].message.content or ""
     try:
@@ -123,12 +145,9 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
     except BadOutput as error:
         log.warning("Memory: extraction output unusable, nothing saved (%s)", error)
         result.refused.append(f"bad output: {error}")
-        result.seconds = time.monotonic() - started
-        return result
+        return
     for operation in operations:
         await _apply(services, message, operation, [m.memory_id for m in known], result)
-    result.seconds = time.monotonic() - started
-    return result
 
 
 async def _apply(

@@ -17,6 +17,7 @@ from typing import Any
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
 from core.memory_search import RetrievedMemory, retrieve_memories
+from core.tracing import traced
 
 log = logging.getLogger("resolveai.memory")
 
@@ -37,6 +38,7 @@ def about_the_past(text: str) -> bool:
     return bool(_ABOUT_THE_PAST.search(text))
 
 
+@traced("memory recall", kind="retriever")
 async def recall_memories(turn: TurnContext, text: str) -> list[str]:
     """The recalled facts as prompt lines (each dated), noted on the turn; none when memory is
     off for this turn."""

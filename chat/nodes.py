@@ -31,7 +31,7 @@ from core import chat_store
 from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
-from core.tracing import trace_metadata
+from core.tracing import span, trace_metadata
 from rag.citations import CitationNormalizer
 
 log = logging.getLogger("resolveai.chat")
@@ -258,7 +258,9 @@ async def _stream_chat(
         tool_choice=tool_choice,
         **({"max_tokens": FORCED_SEARCH_MAX_TOKENS} if force_search else {}),
         stream=True,
-        metadata=trace_metadata(turn.trace_id, str(turn.chat_id), f"chat call {calls}"),
+        metadata=trace_metadata(
+            turn.trace_id, str(turn.chat_id), f"chat call {calls}", user_id=str(turn.user_id)
+        ),
     )
 
 
@@ -448,11 +450,15 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
         listener = progress_listener.set(_progress_steps(turn))
         reading = reading_what.set("the sources")
         try:
-            result = await TOOLS_BY_NAME[name].ainvoke(
-                {"name": name, "args": args, "id": call["id"], "type": "tool_call"}, config=config
-            )
-            assert isinstance(result, ToolMessage)
-            content = str(result.content)
+            with span(f"tool {name}", kind="tool", input=args) as observation:
+                result = await TOOLS_BY_NAME[name].ainvoke(
+                    {"name": name, "args": args, "id": call["id"], "type": "tool_call"},
+                    config=config,
+                )
+                assert isinstance(result, ToolMessage)
+                content = str(result.content)
+                if observation is not None:
+                    observation.update(output=content)
             if isinstance(result.artifact, dict) and result.artifact.get("final_answer"):
                 answer = result.artifact
         except Exception as error:  # the model reads the error and may try something else

@@ -28,7 +28,7 @@ from chat.state import TurnContext
 from chat.steps import short_id
 from chat.turn_recovery import recover_turn
 from chat.user_errors import reply_failed
-from core import chat_store
+from core import chat_store, tracing
 from core.preferences import with_defaults
 from core.services import Services
 
@@ -219,12 +219,18 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
                 yield {"type": "sources", "sources": context.continues["sources"]}
         config = {"configurable": {"turn": context}, "recursion_limit": 40}
         state = {"user_text": turn.content, "use_web": turn.use_web}
-        async for event in graph.astream(state, config, stream_mode="custom"):
-            if event.get("type") == "token":
-                reply.append(event["text"])
-            elif event.get("type") == "done":
-                turn.done = event
-            yield event
+        with tracing.message_trace(
+            context.user_message_id, "chat message", chat_id=context.chat_id,
+            user_id=context.user_id, input=turn.content,
+        ) as root:  # fmt: skip
+            async for event in graph.astream(state, config, stream_mode="custom"):
+                if event.get("type") == "token":
+                    reply.append(event["text"])
+                elif event.get("type") == "done":
+                    turn.done = event
+                yield event
+            if root is not None:
+                root.update(output="".join(reply))
     except asyncio.CancelledError:
         if turn.done is None:
             await asyncio.shield(_save_partial(turn, "".join(reply), "interrupted", None))

@@ -275,7 +275,9 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
         step=lambda text: step_event(turn, text, tool="web_search"),
         token=lambda text: writer({"type": "token", "text": text}),
         publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
-        metadata=lambda name: trace_metadata(turn.trace_id, str(turn.chat_id), name),
+        metadata=lambda name: trace_metadata(
+            turn.trace_id, str(turn.chat_id), name, user_id=str(turn.user_id)
+        ),
         embedding_cache=turn.embedding_cache,
         answered=lambda response: note_answer(turn, response),
         chunks_kept=chunks_kept_for(turn.services.model_plan),

@@ -29,7 +29,8 @@ from core.llm_router import (
 )
 from core.local_model.weights import MODEL_LABEL
 from core.memory_store import reembed_stale_memories
-from core.tracing import configure_tracing
+from core.model_calls import start_recording, stop_recording
+from core.tracing import configure_tracing, shutdown_tracing
 from rag.embedder import Embedder
 from rag.search_providers import SearchProvider, provider_from_settings
 
@@ -79,6 +80,8 @@ class Services:
         if local is not None:
             await asyncio.to_thread(local.close)
         self.embedder.close()
+        stop_recording(self.database.pool)
+        await asyncio.to_thread(shutdown_tracing)  # sends what is buffered
         await self.database.close()
 
 
@@ -114,6 +117,7 @@ async def open_services(settings: Settings) -> Services:
             "web_search": search_status,
             "tracing": configure_tracing(settings).removeprefix("Tracing: "),
         }
+        start_recording(database.pool)
         log.info("Web search: %s", features["web_search"])
         log.info("Tracing: %s", features["tracing"])
     except BaseException:

@@ -141,7 +141,7 @@ async def search_documents(
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         common = await common_words(pool, conn)
         async with conn.pipeline(), conn.transaction():
-            await conn.execute(ef_search_sql(CANDIDATES))
+            await conn.execute(ef_search_sql(MEANING_CANDIDATES))
             await conn.execute(ITERATIVE_SCAN_SQL)
             await cur.execute(
                 SEARCH_SQL,

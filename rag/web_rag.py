@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from core.prompts import source_blocks, web_answer_request
+from core.tracing import span
 from rag.chunk_judge import check_evidence
 from rag.citations import CitationNormalizer
 from rag.md_chunker import budget_for, chunk_pages
@@ -90,13 +91,22 @@ class WebSearchRound:
     answered: Callable[[Any], Any] = lambda response: None
 
     async def run(self) -> RoundResult:
+        with span(f"web search {self.number}", input=self.query) as observation:
+            result = await self._run()
+            if observation is not None:
+                observation.update(output=result.answer or f"not enough: {result.reason}")
+            return result
+
+    async def _run(self) -> RoundResult:
         self.step(f"Searching the web for “{self.query}”")
         started = time.monotonic()
-        results = await self.provider.search(self.query, RESULTS_PER_SEARCH)
+        with span("search", kind="retriever", input=self.query):
+            results = await self.provider.search(self.query, RESULTS_PER_SEARCH)
         searched = time.monotonic()
-        chunks = await asyncio.to_thread(
-            chunk_pages, results, self.embedder.count_tokens, budget_for(self.embedder)
-        )
+        with span("chunk"):
+            chunks = await asyncio.to_thread(
+                chunk_pages, results, self.embedder.count_tokens, budget_for(self.embedder)
+            )
         chunked = time.monotonic()
         if not chunks:
             log.info("Web: search %d found nothing (%.1f s)", self.number, searched - started)
@@ -106,9 +116,11 @@ class WebSearchRound:
             self.token(answer)
             return RoundResult(answer, [])
         self.step(f"Reading {len(results)} pages ({len(chunks)} chunks)")
-        ranked = await rank_chunks(
-            self.query, chunks, self.embedder, top_k=self.chunks_kept, cache=self.embedding_cache
-        )
+        with span("rank", chunks=len(chunks)):
+            ranked = await rank_chunks(
+                self.query, chunks, self.embedder, top_k=self.chunks_kept,
+                cache=self.embedding_cache,
+            )  # fmt: skip
         ranked_at = time.monotonic()
         sources, blocks = numbered_sources([r.chunk for r in ranked])
         log.info(
@@ -119,9 +131,11 @@ class WebSearchRound:
         )  # fmt: skip
 
         if not self._is_last():
-            verdict = await check_evidence(
-                self.router, self.question, self.context, blocks, self.metadata("evidence check")
-            )
+            with span("check"):
+                verdict = await check_evidence(
+                    self.router, self.question, self.context, blocks,
+                    self.metadata("evidence check"),
+                )  # fmt: skip
             log.info(
                 "Web: evidence check %s in %.1f s: %s",
                 "yes" if verdict.enough else "no",
@@ -134,7 +148,8 @@ class WebSearchRound:
         self.step(f"Writing the answer from {len(sources)} sources")
         # Sources first: the browser can link each [n] as soon as it streams in.
         self.publish_sources([s.public() for s in sources])
-        answer = await self._write_answer(blocks, len(sources))
+        with span("answer"):
+            answer = await self._write_answer(blocks, len(sources))
         elapsed = time.monotonic() - ranked_at
         log.info("Web: answer written (%d chars, %.1f s)", len(answer), elapsed)
         return RoundResult(answer, [s.public() for s in sources])

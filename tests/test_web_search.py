@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,19 +63,41 @@ def pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-async def chat_services(settings: Settings, pages_dir: Path) -> AsyncIterator[Services]:
-    """This module's app services: conftest's, plus the `pages` search provider."""
+@asynccontextmanager
+async def web_services(settings: Settings, pages_dir: Path, **more: Any) -> AsyncIterator[Services]:
+    """The app's services on the scripted model with the `pages` search provider (and any other
+    settings given)."""
     web_settings = settings.model_copy(
         update={
             "models_config": SCRIPTED_MODELS,
             "web_search_provider": "pages",
             "web_pages_dir": pages_dir,
+            **more,
         }
     )
     services = await open_services(web_settings)
-    yield services
-    await services.close()
+    try:
+        yield services
+    finally:
+        await services.close()
+
+
+@pytest.fixture(scope="session")
+async def chat_services(settings: Settings, pages_dir: Path) -> AsyncIterator[Services]:
+    """This module's app services: conftest's, plus the `pages` search provider."""
+    async with web_services(settings, pages_dir) as services:
+        yield services
+
+
+def calculator_then_search(expression: str, query: str, answer: str) -> list[dict[str, Any]]:
+    """Scripted turns: the chat model uses the calculator, then searches the web (the judge
+    finds the evidence enough) and the answer is written."""
+    return [
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": expression}}]},
+        search(query),
+        verdict(True, "The answer is stated."),
+        {"text": answer},
+    ]
 
 
 def search(query: str, context: str = "") -> dict[str, Any]:

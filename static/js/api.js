@@ -139,6 +139,8 @@ export const api = {
   updateSettings: (changes) => request("PATCH", "/api/settings", changes),
   /** What this server runs on (models per role, database, embedder, web search, tracing, tools). */
   systemSettings: () => request("GET", "/api/settings/system"),
+  /** Your model calls and tool use: {from, to, group_by, groups: [...], totals}. */
+  usage: ({ from, to, group_by }) => request("GET", `/api/usage?${query({ from, to, group_by })}`),
 
   // Documents (uploads: `uploadDocument` below).
   documents: () => request("GET", "/api/documents"),

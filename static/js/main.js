@@ -1,6 +1,6 @@
 // Start-up and the page-level wiring: routes (#/chat/<id>, #/chat/<id>/<message id> pointing at
 // one message, #/memory, #/documents, #/documents/<id>?chunk=<id>&page=N (a cited passage),
-// #/settings, or the new-chat draft), which view the main area shows, files dropped onto it, the
+// #/settings, #/usage, or the new-chat draft), which view the main area shows, files dropped onto it, the
 // sidebar drawer on narrow screens, and global keys (Esc stops a streaming reply, Ctrl+K searches
 // the chats, Ctrl+Shift+O starts a new chat).
 
@@ -17,6 +17,7 @@ import { createDocumentsPage } from "./documents-page.js";
 import { toast } from "./dom.js";
 import { createMemoryPage } from "./memory.js";
 import { createSettingsPage, loadPreferences } from "./settings-page.js";
+import { createUsagePage } from "./usage-page.js";
 import { createSearch } from "./search.js";
 import { createSidebar } from "./sidebar.js";
 import { createViewer } from "./viewer.js";
@@ -25,10 +26,13 @@ const CHAT_ROUTE = /^#\/chat\/([0-9a-f-]{36})(?:\/([0-9a-f-]{36}))?$/i;
 const MEMORY_ROUTE = /^#\/memory\/?$/;
 const DOCUMENTS_ROUTE = /^#\/documents\/?$/;
 const SETTINGS_ROUTE = /^#\/settings\/?$/;
+const USAGE_ROUTE = /^#\/usage\/?$/;
 const main = document.getElementById("main");
 const memoryLink = document.getElementById("memory-link");
 const documentsLink = document.getElementById("documents-link");
 const settingsLink = document.getElementById("settings-link");
+const usageLink = document.getElementById("usage-link");
+const usagePage = createUsagePage();
 const conversation = document.getElementById("conversation");
 const narrow = window.matchMedia("(max-width: 860px)");
 
@@ -122,7 +126,7 @@ function setPageTitle(title) {
 // and back again finds the reply where it was.
 let conversationScroll = null;
 
-/** The main area shows a chat (or the draft), the Memory page, the Documents page or a document
+/** The main area shows a chat (or the draft), the Memory, Documents, Settings or Usage page or a document
  *  ("document": the viewer); CSS hides the others (data-view). */
 function showView(view) {
   const was = main.dataset.view;
@@ -132,11 +136,13 @@ function showView(view) {
   current(memoryLink, view === "memory");
   current(documentsLink, view === "documents" || view === "document");
   current(settingsLink, view === "settings");
+  current(usageLink, view === "usage");
   if (view !== "chat") sidebar.setActive(null);
   if (was === "memory" && view !== "memory") memoryPage.hide(); // a delete waiting for its Undo is sent now
   if (was === "documents" && view !== "documents") documentsPage.hide();
   if (was === "document" && view !== "document") viewer.hide();
   if (was === "settings" && view !== "settings") settingsPage.hide();
+  if (was === "usage" && view !== "usage") usagePage.hide();
   if (view === "memory") {
     setPageTitle("Memory");
     if (was !== "memory") memoryPage.show();
@@ -146,6 +152,9 @@ function showView(view) {
   } else if (view === "settings") {
     setPageTitle("Settings");
     if (was !== "settings") settingsPage.show();
+  } else if (view === "usage") {
+    setPageTitle("Usage");
+    if (was !== "usage") usagePage.show();
   } else if (view === "chat" && was !== "chat" && conversationScroll !== null) {
     conversation.scrollTop = conversationScroll;
   }
@@ -162,6 +171,8 @@ function route() {
     showView("documents");
   } else if (SETTINGS_ROUTE.test(location.hash)) {
     showView("settings");
+  } else if (USAGE_ROUTE.test(location.hash)) {
+    showView("usage");
   } else if (passage) {
     showView("document");
     viewer.open(passage, { fromApp: routed > 1 });

@@ -1,0 +1,184 @@
+"""Usage analytics: every model call recorded in `model_calls` (migration 0012), read back per user.
+
+`UsageRecorder` is a LiteLLM callback: once a call ended (each deployment the Router tried, a
+failed one too) it writes one row from LiteLLM's standard logging payload, so tokens and cost are
+computed once per call by LiteLLM (its offline cost map), never per streamed chunk. Calls that
+carry no step name (`generation_name` in their metadata, core/tracing.py's `trace_metadata`) are
+not ours to count (LiteLLM's own health checks) and are skipped. A failed write is logged and
+dropped: analytics never fail a reply.
+
+`usage()` answers `GET /api/usage`: per day (UTC, every day of the range, empty ones too), per
+model or per tool (from the replies' saved tool calls), with totals.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import date
+from typing import Any
+
+import litellm
+from litellm.integrations.custom_logger import CustomLogger
+from psycopg_pool import AsyncConnectionPool
+
+from core.statements import Db, execute, fetch_all, fetch_one
+
+log = logging.getLogger("resolveai.usage")
+
+GROUPS = ("day", "model", "tool")
+MAX_ERROR_CHARS = 500
+
+INSERT_SQL = """
+INSERT INTO model_calls (user_id, chat_id, role, model, fallback, step, prompt_tokens,
+                         completion_tokens, cost, latency_ms, ttft_ms, error)
+SELECT coalesce(%(user)s, (SELECT user_id FROM chats WHERE chat_id = %(chat)s)), %(chat)s,
+       %(role)s, %(model)s, %(fallback)s, %(step)s, %(prompt_tokens)s, %(completion_tokens)s,
+       %(cost)s, %(latency_ms)s, %(ttft_ms)s, %(error)s
+"""
+
+# The figures of a set of calls (`c`), as every grouping and the totals report them.
+FIGURES = """
+    count(c.call_id) AS calls,
+    count(c.call_id) FILTER (WHERE c.error IS NOT NULL) AS errors,
+    count(c.call_id) FILTER (WHERE c.fallback) AS fallbacks,
+    coalesce(sum(c.prompt_tokens), 0)::bigint AS prompt_tokens,
+    coalesce(sum(c.completion_tokens), 0)::bigint AS completion_tokens,
+    coalesce(sum(c.cost), 0)::float AS cost,
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY c.latency_ms) AS latency_p50_ms,
+    percentile_cont(0.95) WITHIN GROUP (ORDER BY c.latency_ms) AS latency_p95_ms,
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY c.ttft_ms) AS ttft_p50_ms"""
+
+# From the start of day `from` to the end of day `to`, UTC.
+FROM_TS = "(%(from)s::date::timestamp AT TIME ZONE 'UTC')"
+TO_TS = "((%(to)s::date + 1)::timestamp AT TIME ZONE 'UTC')"
+MINE = f"c.user_id = %(user)s AND c.called_at >= {FROM_TS} AND c.called_at < {TO_TS}"
+
+BY_DAY_SQL = f"""
+SELECT d.day::date::text AS key, {FIGURES}
+FROM generate_series(%(from)s::date::timestamp, %(to)s::date::timestamp, '1 day') AS d(day)
+LEFT JOIN model_calls AS c
+  ON {MINE} AND (c.called_at AT TIME ZONE 'UTC')::date = d.day::date
+GROUP BY d.day ORDER BY d.day
+"""
+
+BY_MODEL_SQL = f"""
+SELECT c.model AS key, {FIGURES}
+FROM model_calls AS c WHERE {MINE}
+GROUP BY c.model ORDER BY calls DESC, key
+"""
+
+TOTALS_SQL = f"SELECT {FIGURES} FROM model_calls AS c WHERE {MINE}"
+
+# Tool use, from the tool calls saved with the user's replies.
+BY_TOOL_SQL = f"""
+SELECT t.call->>'name' AS key, count(*) AS calls,
+       count(*) FILTER (WHERE (t.call->>'ok')::boolean IS FALSE) AS errors,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY (t.call->>'duration_ms')::float)
+           AS duration_p50_ms
+FROM messages AS m JOIN chats AS ch USING (chat_id),
+     jsonb_array_elements(m.tool_calls) AS t(call)
+WHERE ch.user_id = %(user)s AND m.role = 'assistant'
+  AND m.sent_at >= {FROM_TS} AND m.sent_at < {TO_TS}
+GROUP BY key ORDER BY calls DESC, key
+"""
+
+
+class UsageRecorder(CustomLogger):
+    """Writes a `model_calls` row for each model call LiteLLM reports, into the database of the
+    services opened last in this process (`start_recording`): one recorder, so no call is
+    counted twice when tests open a second set of services beside the first."""
+
+    async def async_log_success_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        await self._record(kwargs, error=None)
+
+    async def async_log_failure_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        await self._record(kwargs, error=str(kwargs.get("exception") or "failed"))
+
+    async def _record(self, kwargs: dict[str, Any], error: str | None) -> None:
+        row = call_row(kwargs, error)
+        if row is None or not _pools:
+            return
+        try:
+            await execute(_pools[-1], INSERT_SQL, row)
+        except Exception as failure:
+            log.warning("Usage: a model call was not recorded (%s)", failure)
+
+
+_pools: list[AsyncConnectionPool] = []
+
+
+def start_recording(pool: AsyncConnectionPool) -> None:
+    """Record this process's model calls into `pool`'s database (until `stop_recording`)."""
+    _pools.append(pool)
+    if not any(isinstance(c, UsageRecorder) for c in litellm.callbacks):
+        litellm.callbacks.append(UsageRecorder())
+
+
+def stop_recording(pool: AsyncConnectionPool) -> None:
+    if pool in _pools:
+        _pools.remove(pool)
+    if not _pools:
+        litellm.callbacks = [c for c in litellm.callbacks if not isinstance(c, UsageRecorder)]
+
+
+def call_row(kwargs: dict[str, Any], error: str | None) -> dict[str, Any] | None:
+    """The `model_calls` row for one LiteLLM call, from its standard logging payload."""
+    payload = kwargs.get("standard_logging_object")
+    metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+    step = metadata.get("generation_name")
+    if not payload or not step:
+        return None
+    started, ended = payload.get("startTime") or 0.0, payload.get("endTime") or 0.0
+    first = payload.get("completionStartTime")
+    return {
+        "user": _uuid(metadata.get("trace_user_id") or metadata.get("user_id")),
+        "chat": _uuid(metadata.get("session_id")),
+        "role": metadata.get("original_model_group") or payload.get("model_group") or "",
+        "model": payload.get("model") or "",
+        "fallback": bool(metadata.get("attempted_fallbacks")),
+        "step": step,
+        "prompt_tokens": int(payload.get("prompt_tokens") or 0),
+        "completion_tokens": int(payload.get("completion_tokens") or 0),
+        "cost": float(payload.get("response_cost") or 0.0),
+        "latency_ms": max(0, round((ended - started) * 1000)),
+        "ttft_ms": round((first - started) * 1000) if first and not error else None,
+        "error": error[:MAX_ERROR_CHARS] if error else None,
+    }
+
+
+def _uuid(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+async def usage(
+    db: Db, user_id: uuid.UUID, first: date, last: date, group_by: str
+) -> dict[str, Any]:
+    """The user's model calls from `first` to `last` (whole UTC days), grouped, with totals."""
+    params = {"user": user_id, "from": first, "to": last}
+    grouped = {"day": BY_DAY_SQL, "model": BY_MODEL_SQL, "tool": BY_TOOL_SQL}[group_by]
+    groups = await fetch_all(db, grouped, params)
+    totals = await fetch_one(db, TOTALS_SQL, params)
+    return {
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "group_by": group_by,
+        "groups": [_rounded(g) for g in groups],
+        "totals": _rounded(totals or {}),
+    }
+
+
+def _rounded(row: dict[str, Any]) -> dict[str, Any]:
+    """Milliseconds as whole numbers (percentiles interpolate), costs to a millionth of a dollar."""
+    return {
+        k: round(v) if k.endswith("_ms") and v is not None
+        else round(v, 6) if k == "cost" else v
+        for k, v in row.items()
+    }  # fmt: skip
