@@ -106,12 +106,12 @@ def plain_reason(error: BaseException, timeout: float | None = None) -> str:
     return re.sub(r"^(FATAL|ERROR):\s*", "", last_clause).strip() or first_line
 
 
-# `timeout` as a parameter (ASYNC109): server.py calls this with settings.db_connect_timeout.
+# `timeout` as a parameter (ASYNC109): callers pass settings.db_connect_timeout.
 async def check_database_url(url: str, timeout: float) -> None:  # noqa: ASYNC109
     """Connect once to `url` and disconnect; raise `DatabaseUnavailable` (one line) if that fails.
 
-    `server.py` calls this before uvicorn starts so a wrong `DATABASE_URL` gives one plain line
-    instead of a traceback from deep inside the pool.
+    Start-up (core/services.py) calls this before anything else, so a wrong `DATABASE_URL` gives
+    one plain line, and at once, instead of a traceback from deep inside the pool.
     """
     try:
         conn = await asyncio.wait_for(

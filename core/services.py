@@ -17,8 +17,9 @@ from typing import Any
 from litellm import Router
 
 from core import memory_jobs
-from core.config import Settings
-from core.db import Database
+from core.config import DEFAULT_EMBED_MODEL, Settings
+from core.db import Database, check_database_url
+from core.errors import StartupError
 from core.llm_router import (
     ROLES,
     ModelPlan,
@@ -48,6 +49,8 @@ class Services:
     model_plan: ModelPlan
     search_provider: SearchProvider | None = None
     features: dict[str, str] = field(default_factory=dict)
+    # The embedder's load, when start-up did not wait for it (`open_services`).
+    warming_up: asyncio.Task[None] | None = None
 
     async def health(self) -> dict[str, Any]:
         database = await self.database.health()
@@ -64,7 +67,10 @@ class Services:
             report["memory"] = {
                 "pending_extractions": await memory_jobs.pending(self.database.pool),
             }
-        report["ok"] = bool(database.get("ok")) and self.embedder.state == "ready"
+        # Healthy while the embedder still loads (it answers, what needs the embedder waits for it);
+        # `warming_up` says so.
+        report["warming_up"] = self.embedder.state in ("not loaded", "loading")
+        report["ok"] = bool(database.get("ok")) and self.embedder.state != "failed"
         return report
 
     def answering(self) -> dict[str, Any]:
@@ -76,6 +82,9 @@ class Services:
         return {"model": first, "label": label, "runs_locally": local}
 
     async def close(self) -> None:
+        if self.warming_up is not None:
+            self.warming_up.cancel()
+            await asyncio.gather(self.warming_up, return_exceptions=True)
         local = provider_handler("local")
         if local is not None:
             await asyncio.to_thread(local.close)
@@ -88,9 +97,17 @@ class Services:
 async def open_services(settings: Settings) -> Services:
     started = time.perf_counter()
     log.info("Starting ResolveAI (data folder: %s)", settings.app_data_dir)
+    if settings.database_url:
+        # A wrong DATABASE_URL fails here, within the connect time-out, before the embedder's
+        # load begins: that load (importing torch) cannot be interrupted, and a failure found
+        # after it began had to wait for it (15-40 s on a loaded machine).
+        await check_database_url(settings.database_url, settings.db_connect_timeout)
     # The embedder loads (mostly importing torch and sentence-transformers) in its worker thread
     # while the database starts: Postgres is another process, so the two overlap even on a busy
-    # CPU (python -m bench.startup measures it).
+    # CPU. The bundled model is not waited for: the server answers (/api/health says it is warming
+    # up) while it loads, and whatever needs it (recall, a search, a document) queues behind the
+    # load in the embedder's one thread. A model of the user's choosing is waited for, so a name
+    # that does not load stops start-up with one line. (python -m bench.startup measures both.)
     embedder = Embedder(settings.embed_model_name)
     loading = asyncio.ensure_future(embedder.load())
     try:
@@ -103,12 +120,9 @@ async def open_services(settings: Settings) -> Services:
         raise
     log.info("Database: %s", database.description)
     try:
-        await loading
-        log.info("Embedder: %s, loaded in %.1f s", embedder.describe(), embedder.load_seconds or 0)
-        reembedded = await reembed_stale_memories(database.pool, embedder)
-        if reembedded:
-            log.info("Memories: re-embedded %d memories with %s", reembedded, embedder.model_name)
-
+        if embedder.model_name != DEFAULT_EMBED_MODEL:
+            await loading  # a name that does not load stops start-up here
+            await _embedder_ready(embedder, database)
         plan = plan_models(settings)
         router = build_router(settings, plan)
         log_model_plan(plan)
@@ -125,5 +139,30 @@ async def open_services(settings: Settings) -> Services:
         embedder.close()
         await database.close()
         raise
-    log.info("Start-up took %.1f s", time.perf_counter() - started)
-    return Services(settings, database, embedder, router, plan, search_provider, features)
+    log.info("Start-up took %.1f s%s", time.perf_counter() - started,
+             "" if loading.done() else "; the embedder is still loading")  # fmt: skip
+    services = Services(settings, database, embedder, router, plan, search_provider, features)
+    if embedder.model_name == DEFAULT_EMBED_MODEL:
+        services.warming_up = asyncio.create_task(
+            _load_in_background(loading, embedder, database), name="embedder load"
+        )
+    return services
+
+
+async def _load_in_background(
+    loading: asyncio.Future[None], embedder: Embedder, database: Database
+) -> None:
+    try:
+        await loading
+    except StartupError as error:  # the bundled model did not load: /api/health says so
+        log.error("Embedder: %s", error)
+        return
+    await _embedder_ready(embedder, database)
+
+
+async def _embedder_ready(embedder: Embedder, database: Database) -> None:
+    """The embedder is loaded: say so, and re-embed the memories another model made."""
+    log.info("Embedder: %s, loaded in %.1f s", embedder.describe(), embedder.load_seconds or 0)
+    reembedded = await reembed_stale_memories(database.pool, embedder)
+    if reembedded:
+        log.info("Memories: re-embedded %d memories with %s", reembedded, embedder.model_name)

@@ -104,9 +104,7 @@ class WebSearchRound:
             results = await self.provider.search(self.query, RESULTS_PER_SEARCH)
         searched = time.monotonic()
         with span("chunk"):
-            chunks = await asyncio.to_thread(
-                chunk_pages, results, self.embedder.count_tokens, budget_for(self.embedder)
-            )
+            chunks = await asyncio.to_thread(self._chunk, results)
         chunked = time.monotonic()
         if not chunks:
             log.info("Web: search %d found nothing (%.1f s)", self.number, searched - started)
@@ -153,6 +151,11 @@ class WebSearchRound:
         elapsed = time.monotonic() - ranked_at
         log.info("Web: answer written (%d chars, %.1f s)", len(answer), elapsed)
         return RoundResult(answer, [s.public() for s in sources])
+
+    def _chunk(self, results: list[Any]) -> list[Any]:
+        """In a thread: the tokenizer's budget is read here too, as it waits for an embedder
+        still loading (start-up does not wait for it)."""
+        return chunk_pages(results, self.embedder.count_tokens, budget_for(self.embedder))
 
     def _is_last(self) -> bool:
         return self.last or self.number >= MAX_SEARCHES

@@ -318,6 +318,31 @@ async def test_wrong_database_url_gives_one_plain_line(tmp_path: Path) -> None:
     assert not (tmp_path / "pg").exists()
 
 
+def test_a_wrong_database_url_stops_start_up_before_the_embedder_loads(tmp_path: Path) -> None:
+    """The embedder's load (importing torch, seconds) cannot be interrupted: a start-up that began
+    it before finding the database unreachable waited for it before it could fail."""
+    script = f"""
+import asyncio, sys
+from core.config import load_settings
+from core.db import DatabaseUnavailable
+from core.services import open_services
+settings = load_settings(_env_file=None, app_data_dir={str(tmp_path)!r},
+                         database_url="postgresql://nobody@127.0.0.1:1/nope")
+try:
+    asyncio.run(open_services(settings))
+except DatabaseUnavailable as error:
+    print("refused:", error)
+print("torch imported:", "torch" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: Cannot connect to the database at DATABASE_URL" in done.stdout
+    assert "torch imported: False" in done.stdout
+
+
 async def test_check_database_url_gives_up_within_the_timeout() -> None:
     # A socket folder where nothing listens, and a non-routable address: both fail in time.
     with pytest.raises(DatabaseUnavailable, match="DATABASE_URL") as caught:

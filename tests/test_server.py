@@ -3,20 +3,25 @@ two processes on one data folder, and one-line errors for bad configuration."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from core.config import PROJECT_ROOT, load_settings
 from core.db import Database
+from core.services import open_services
+from rag.embedder import Embedder
 from tests.chat_client import free_port
 
 START_TIMEOUT = 120
@@ -57,14 +62,15 @@ class RunningServer:
             stderr=subprocess.STDOUT,
         )
 
-    def wait_healthy(self) -> dict:
+    def wait_healthy(self, warm: bool = False) -> dict:
+        """/api/health once it answers 200 (`warm`: and the embedder has loaded)."""
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited early:\n{self.output()}")
             try:
                 response = httpx.get(f"{self.url}/api/health", timeout=5)
-                if response.status_code == 200:
+                if response.status_code == 200 and not (warm and response.json()["warming_up"]):
                     return response.json()
             except httpx.TransportError:
                 pass
@@ -119,8 +125,8 @@ def run_server_expecting_failure(tmp_path: Path, **extra: str) -> tuple[int, str
 
 def test_first_start_with_no_configuration(tmp_path: Path, start_server) -> None:
     server = start_server(tmp_path / "data")
-    health = server.wait_healthy()
-    assert health["ok"] is True
+    health = server.wait_healthy(warm=True)
+    assert health["ok"] is True and health["warming_up"] is False
     assert health["database"]["ok"] is True
     assert health["embedder"] == {"model": "all-MiniLM-L6-v2", "state": "ready"}
     assert health["models"]["chat"].startswith("local/qwen2.5-coder-1.5b")
@@ -269,3 +275,34 @@ def test_a_server_killed_mid_reply_loses_nothing_and_frees_the_chat(
     assert recovered == full[: len(recovered)]
     # Lost at most what was not yet flushed (FLUSH_SECONDS of tokens) when the server died.
     assert len(recovered) >= len("".join(streamed).split()) - 3, (recovered, streamed)
+
+
+async def test_the_server_answers_while_the_embedder_loads(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up does not wait for the bundled embedder: health is ok and says it is warming up,
+    and a search asked meanwhile waits for the load and then runs."""
+    release = threading.Event()
+    real_open = Embedder._open_model
+
+    def slow_open(self: Embedder) -> Any:
+        release.wait(60)
+        return real_open(self)
+
+    monkeypatch.setattr(Embedder, "_open_model", slow_open)
+    services = await open_services(settings)
+    try:
+        health = await services.health()
+        assert health["ok"] is True and health["warming_up"] is True
+        assert health["embedder"]["state"] == "loading"
+        query = asyncio.ensure_future(services.embedder.embed_query("hello"))
+        await asyncio.sleep(0.2)
+        assert not query.done()  # queued behind the load
+        release.set()
+        assert (await asyncio.wait_for(query, 60)).shape == (384,)
+        await asyncio.wait_for(services.warming_up, 60)
+        health = await services.health()
+        assert health["warming_up"] is False and health["embedder"]["state"] == "ready"
+    finally:
+        release.set()
+        await services.close()
