@@ -146,7 +146,12 @@ def call_row(kwargs: dict[str, Any], error: str | None) -> dict[str, Any] | None
         "completion_tokens": int(payload.get("completion_tokens") or 0),
         "cost": float(payload.get("response_cost") or 0.0),
         "latency_ms": max(0, round((ended - started) * 1000)),
-        "ttft_ms": round((first - started) * 1000) if first and not error else None,
+        # A streamed reply's first token; a call answered all at once has none to report.
+        "ttft_ms": (
+            round((first - started) * 1000)
+            if first and payload.get("stream") and not error
+            else None
+        ),
         "error": error[:MAX_ERROR_CHARS] if error else None,
     }
 

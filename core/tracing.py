@@ -234,7 +234,7 @@ def _record_generation(
     otel_span.set_attribute(SESSION_ATTRIBUTE, str(metadata.get("session_id") or ""))
     if metadata.get("trace_user_id"):
         otel_span.set_attribute(USER_ATTRIBUTE, metadata["trace_user_id"])
-    first_token = payload.get("completionStartTime")
+    first_token = payload.get("completionStartTime") if payload.get("stream") else None
     generation = client._create_observation_from_otel_span(
         otel_span=otel_span,
         as_type="generation",

@@ -151,6 +151,9 @@ async def test_a_message_is_one_trace_with_a_span_per_step(client, model, receiv
     assert metadata(answer) == {"role": "chat", "deployment": "scripted/chat", "fallback": False}
     check = one(spans, "evidence check")
     assert check.attributes["langfuse.observation.model.name"] == "scripted/utility"
+    # Time to first token: the streamed answer has one, the check (answered at once) none.
+    assert "langfuse.observation.completion_start_time" in answer.attributes
+    assert "langfuse.observation.completion_start_time" not in check.attributes
 
     # Memory extraction ran after the reply, as a root of the same trace with its generation.
     extraction = one(spans, "memory extraction")

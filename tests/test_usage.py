@@ -77,6 +77,7 @@ async def test_each_model_call_is_recorded_and_reported(client, model, chat_serv
     assert by_step["web answer"]["model"] == "scripted/chat"
     assert by_step["web answer"]["ttft_ms"] is not None  # streamed: the first token's time
     assert by_step["web answer"]["completion_tokens"] > 0
+    assert by_step["evidence check"]["ttft_ms"] is None  # answered at once: no first token
     assert by_step["evidence check"]["role"] == "utility"
     assert by_step["evidence check"]["model"] == "scripted/utility"
 

@@ -4,9 +4,8 @@
 -- (`role`: chat, utility, memory…), the deployment that ran (`model`, LiteLLM's name), whether a
 -- fallback ran it, the step (`step`: "chat call 1", "web answer", "summary"…), tokens, cost in
 -- USD (LiteLLM's offline cost map; 0 for the local model), latency and time to first token in ms
--- (NULL when the call failed before any), and the error of a failed call.
--- `chat_id` and `message_id` carry no foreign key: usage outlives a deleted chat. A user's rows
--- go with the user.
+-- (of a streamed call; NULL for one answered all at once, or failed), and a failed call's error.
+-- `chat_id` carries no foreign key: usage outlives a deleted chat. A user's rows go with the user.
 
 CREATE TABLE model_calls (
     call_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
