@@ -11,7 +11,7 @@ import { el } from "./dom.js";
 const SVG_NS = "http://www.w3.org/2000/svg";
 const WIDTH = 640;
 const HEIGHT = 120;
-const BAR_ROW = 26;
+const BAR_ROW = 40;
 
 function svg(tag, attributes = {}, ...children) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -22,7 +22,8 @@ function svg(tag, attributes = {}, ...children) {
 
 const number = (value) => Math.round(value ?? 0).toLocaleString();
 const dollars = (value) => `$${(value ?? 0).toFixed(value >= 1 ? 2 : 4)}`;
-const ms = (value) => (value === null || value === undefined ? "–" : `${number(value)} ms`);
+const ms = (value) =>
+  value === null || value === undefined ? "–" : value >= 10000 ? `${(value / 1000).toFixed(1)} s` : `${number(value)} ms`;
 
 /** Vertical bars per day, one or more series stacked (tokens) or side by side (latency). */
 function dayChart(title, days, series, { stacked = false, format = number } = {}) {
@@ -61,7 +62,7 @@ function dayChart(title, days, series, { stacked = false, format = number } = {}
   return el("figure", { class: "usage-figure" }, el("figcaption", { text: title }), chart, legend);
 }
 
-/** Horizontal bars, one per row (a model, a tool), labelled with its name and figures. */
+/** Horizontal bars, one per row (a model, a tool): its name and figures above its bar. */
 function barList(title, rows, value, describe, empty) {
   if (!rows.length) return el("figure", { class: "usage-figure" }, el("figcaption", { text: title }), el("p", { class: "usage-empty", text: empty }));
   const top = Math.max(...rows.map(value)) || 1;
@@ -69,9 +70,9 @@ function barList(title, rows, value, describe, empty) {
   chart.setAttribute("aria-label", `${title}: ${rows.map((r) => `${r.key} ${describe(r)}`).join("; ")}`);
   rows.forEach((row, i) => {
     const y = i * BAR_ROW;
-    chart.append(svg("rect", { x: 220, y: y + 4, width: Math.max((value(row) / top) * (WIDTH - 380), 1), height: BAR_ROW - 8, class: "usage-bar calls" }));
-    chart.append(svg("text", { x: 0, y: y + BAR_ROW / 2 + 4, class: "usage-label" }, row.key || "(none)"));
-    chart.append(svg("text", { x: WIDTH, y: y + BAR_ROW / 2 + 4, class: "usage-label end" }, describe(row)));
+    chart.append(svg("text", { x: 0, y: y + 14, class: "usage-label" }, row.key || "(none)"));
+    chart.append(svg("text", { x: WIDTH, y: y + 14, class: "usage-label end" }, describe(row)));
+    chart.append(svg("rect", { x: 0, y: y + 20, width: Math.max((value(row) / top) * WIDTH, 1), height: 10, class: "usage-bar calls" }));
   });
   return el("figure", { class: "usage-figure" }, el("figcaption", { text: title }), chart);
 }
