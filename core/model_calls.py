@@ -22,7 +22,7 @@ import litellm
 from litellm.integrations.custom_logger import CustomLogger
 from psycopg_pool import AsyncConnectionPool
 
-from core.statements import Db, execute, fetch_all, fetch_one
+from core.statements import execute, fetch_all, fetch_one
 
 log = logging.getLogger("resolveai.usage")
 
@@ -164,13 +164,17 @@ def _uuid(value: Any) -> uuid.UUID | None:
 
 
 async def usage(
-    db: Db, user_id: uuid.UUID, first: date, last: date, group_by: str
+    pool: AsyncConnectionPool, user_id: uuid.UUID, first: date, last: date, group_by: str
 ) -> dict[str, Any]:
     """The user's model calls from `first` to `last` (whole UTC days), grouped, with totals."""
     params = {"user": user_id, "from": first, "to": last}
     grouped = {"day": BY_DAY_SQL, "model": BY_MODEL_SQL, "tool": BY_TOOL_SQL}[group_by]
-    groups = await fetch_all(db, grouped, params)
-    totals = await fetch_one(db, TOTALS_SQL, params)
+    # One snapshot for both statements: a call recorded between them (a title, an extraction,
+    # written after the reply) would make the totals disagree with the groups.
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        groups = await fetch_all(conn, grouped, params)
+        totals = await fetch_one(conn, TOTALS_SQL, params)
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
