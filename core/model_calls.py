@@ -4,8 +4,9 @@
 failed one too) it writes one row from LiteLLM's standard logging payload, so tokens and cost are
 computed once per call by LiteLLM (its offline cost map), never per streamed chunk. Calls that
 carry no step name (`generation_name` in their metadata, core/tracing.py's `trace_metadata`) are
-not ours to count (LiteLLM's own health checks) and are skipped. A failed write is logged and
-dropped: analytics never fail a reply.
+not the user's to count (the local model's warm-up at start-up) and are skipped. A failed write is
+logged and dropped: analytics never fail a reply. `call_row` is also what core/tracing.py records
+of a call.
 
 `usage()` answers `GET /api/usage`: per day (UTC, every day of the range, empty ones too), per
 model or per tool (from the replies' saved tool calls), with totals.
@@ -26,7 +27,6 @@ from core.statements import execute, fetch_all, fetch_one
 
 log = logging.getLogger("resolveai.usage")
 
-GROUPS = ("day", "model", "tool")
 MAX_ERROR_CHARS = 500
 
 INSERT_SQL = """
@@ -138,6 +138,8 @@ def call_row(kwargs: dict[str, Any], error: str | None) -> dict[str, Any] | None
     return {
         "user": _uuid(metadata.get("trace_user_id") or metadata.get("user_id")),
         "chat": _uuid(metadata.get("session_id")),
+        # The role asked for, and the deployment that answered (of a fallback's group when the
+        # Router fell back).
         "role": metadata.get("original_model_group") or payload.get("model_group") or "",
         "model": payload.get("model") or "",
         "fallback": bool(metadata.get("attempted_fallbacks")),

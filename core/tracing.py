@@ -29,6 +29,7 @@ import litellm
 from litellm.integrations.custom_logger import CustomLogger
 
 from core.config import Settings
+from core.model_calls import call_row
 
 if TYPE_CHECKING:
     from langfuse import Langfuse
@@ -188,13 +189,13 @@ class ModelCallTracer(CustomLogger):
 
     def _record(self, kwargs: dict[str, Any], error: str | None) -> None:
         client = _client
-        payload = kwargs.get("standard_logging_object")
         metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
         parent = metadata.get("trace_parent")
-        if client is None or not payload or not parent:
+        call = call_row(kwargs, error)
+        if client is None or call is None or not parent:
             return  # not a call of ours (LiteLLM's own retries carry no parent), or tracing off
         try:
-            _record_generation(client, payload, metadata, parent, error)
+            _record_generation(client, kwargs["standard_logging_object"], metadata, parent, call)
         except Exception as failure:  # tracing must never fail a reply
             log.warning("Tracing: a model call was not recorded (%s)", failure)
 
@@ -204,8 +205,9 @@ def _record_generation(
     payload: dict[str, Any],
     metadata: dict[str, Any],
     parent: dict[str, str],
-    error: str | None,
+    call: dict[str, Any],
 ) -> None:
+    """`call`: its `model_calls` row (core/model_calls.py), the figures both record."""
     from opentelemetry import trace as otel_trace
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -234,26 +236,19 @@ def _record_generation(
     otel_span.set_attribute(SESSION_ATTRIBUTE, str(metadata.get("session_id") or ""))
     if metadata.get("trace_user_id"):
         otel_span.set_attribute(USER_ATTRIBUTE, metadata["trace_user_id"])
-    first_token = payload.get("completionStartTime") if payload.get("stream") else None
+    ttft = call["ttft_ms"]
+    first_token = payload["startTime"] + ttft / 1000 if ttft is not None else None
+    error = call["error"]
     generation = client._create_observation_from_otel_span(
         otel_span=otel_span,
         as_type="generation",
-        model=payload.get("model"),
-        usage_details={
-            "input": int(payload.get("prompt_tokens") or 0),
-            "output": int(payload.get("completion_tokens") or 0),
-        },
-        cost_details={"total": float(payload.get("response_cost") or 0.0)},
+        model=call["model"],
+        usage_details={"input": call["prompt_tokens"], "output": call["completion_tokens"]},
+        cost_details={"total": call["cost"]},
         completion_start_time=(datetime.fromtimestamp(first_token, UTC) if first_token else None),
-        metadata={
-            # The role asked for, and the deployment that answered (of a fallback's group when
-            # the Router fell back).
-            "role": metadata.get("original_model_group") or payload.get("model_group"),
-            "deployment": payload.get("model"),
-            "fallback": bool(metadata.get("attempted_fallbacks")),
-        },
+        metadata={"role": call["role"], "deployment": call["model"], "fallback": call["fallback"]},
         level="ERROR" if error else None,
-        status_message=error[:500] if error else None,
+        status_message=error,
     )
     generation.end(end_time=_nanoseconds(payload["endTime"]))
 

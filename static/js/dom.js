@@ -51,17 +51,17 @@ const ICONS = {
   pin: ["M9 4h6l-1 6 3 3H7l3-3z", "M12 13v7"],
 };
 
+/** An SVG element with these attributes and children: `svgEl("rect", {x: 0, width: 4})`. */
+export function svgEl(tag, attributes = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  node.append(...children);
+  return node;
+}
+
 export function icon(name) {
-  const svg = document.createElementNS(SVG_NS, "svg");
-  svg.setAttribute("viewBox", "0 0 24 24");
-  svg.setAttribute("aria-hidden", "true");
-  svg.setAttribute("class", `icon icon-${name}`);
-  for (const d of ICONS[name] || []) {
-    const path = document.createElementNS(SVG_NS, "path");
-    path.setAttribute("d", d);
-    svg.append(path);
-  }
-  return svg;
+  const paths = (ICONS[name] || []).map((d) => svgEl("path", { d }));
+  return svgEl("svg", { viewBox: "0 0 24 24", "aria-hidden": "true", class: `icon icon-${name}` }, ...paths);
 }
 
 /** "0.4 s", "12 s", "2 min 5 s": short enough for the steps line. */

@@ -6,24 +6,16 @@
 // Everything from the server is set as text or as numeric SVG attributes.
 
 import { api } from "./api.js";
-import { el } from "./dom.js";
+import { el, formatDuration, svgEl as svg } from "./dom.js";
 
-const SVG_NS = "http://www.w3.org/2000/svg";
 const WIDTH = 640;
 const HEIGHT = 120;
 const BAR_ROW = 40;
 
-function svg(tag, attributes = {}, ...children) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
-  node.append(...children);
-  return node;
-}
-
 const number = (value) => Math.round(value ?? 0).toLocaleString();
 const dollars = (value) => `$${(value ?? 0).toFixed(value >= 1 ? 2 : 4)}`;
 const ms = (value) =>
-  value === null || value === undefined ? "–" : value >= 10000 ? `${(value / 1000).toFixed(1)} s` : `${number(value)} ms`;
+  value === null || value === undefined ? "–" : value >= 10000 ? formatDuration(value) : `${number(value)} ms`;
 
 /** Vertical bars per day, one or more series stacked (tokens) or side by side (latency). */
 function dayChart(title, days, series, { stacked = false, format = number } = {}) {
