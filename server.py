@@ -3,16 +3,25 @@
 Start-up (the lifespan) opens the services in `core/services.py`; routes reach them through
 `request.app.state.services`. The server keeps nothing between requests but those shared services:
 all state lives in Postgres, so several processes can serve one database.
+
+`python server.py` listens before it imports the rest of this module (core/launcher.py): the
+imports below take seconds, and meanwhile /api/health says the server is starting.
 """
 
 from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__" and sys.argv[1:2] != ["add-user"]:
+    from core.launcher import run_server
+
+    sys.exit(run_server("server:app"))
 
 import asyncio
 import gc
 import getpass
 import logging
 import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +29,6 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.openapi.docs import (
     get_redoc_html,
@@ -61,6 +69,7 @@ from core.http_errors import (
     install_error_handlers,
 )
 from core.http_guard import BodyGuard, HostOriginGuard, HttpPolicy
+from core.launcher import run_server
 from core.logs import configure_logging, report_startup_failure
 from core.openai_errors import install_openai_errors
 from core.services import Services, open_services
@@ -371,6 +380,9 @@ def add_user_command(settings: Settings, args: list[str]) -> int:
 
 
 def main() -> int:
+    """`python server.py [add-user ...]` (and tests/scripted_server.py, with this module loaded)."""
+    if sys.argv[1:2] != ["add-user"]:
+        return run_server("server:app")
     configure_logging()
     try:
         settings = get_settings()
@@ -378,11 +390,7 @@ def main() -> int:
         report_startup_failure(str(error))
         return 2
     configure_logging(settings.log_level)
-    if sys.argv[1:2] == ["add-user"]:
-        return add_user_command(settings, sys.argv[2:])
-    # log_config=None: uvicorn's records go through our one-line format.
-    uvicorn.run(app, host=settings.app_host, port=settings.app_port, log_config=None)
-    return 0
+    return add_user_command(settings, sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -63,15 +63,17 @@ class RunningServer:
         )
 
     def wait_healthy(self, warm: bool = False) -> dict:
-        """/api/health once it answers 200 (`warm`: and the embedder has loaded)."""
+        """/api/health once the app answers it 200 (`warm`: and the embedder has loaded), not
+        core/launcher.py's "starting" while the server imports."""
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited early:\n{self.output()}")
             try:
                 response = httpx.get(f"{self.url}/api/health", timeout=5)
-                if response.status_code == 200 and not (warm and response.json()["warming_up"]):
-                    return response.json()
+                health = response.json() if response.status_code == 200 else {}
+                if health and "starting" not in health and not (warm and health["warming_up"]):
+                    return health
             except httpx.TransportError:
                 pass
             time.sleep(0.3)
@@ -144,11 +146,15 @@ def test_first_start_with_no_configuration(tmp_path: Path, start_server) -> None
         "Utility model: local/qwen2.5-coder-1.5b-instruct",
         "Web search: off (TAVILY_API_KEY not set)",
         "Tracing: off",
+        "Server imported in",
         "ResolveAI is ready",
         "ResolveAI stopped",
     ):
         assert line in log, f"missing {line!r} in:\n{log}"
     assert "Traceback" not in log
+    # It listened before the imports ended (core/launcher.py), and was ready after them.
+    assert log.index("Uvicorn running on") < log.index("Server imported in")
+    assert log.index("Server imported in") < log.index("ResolveAI is ready")
 
 
 async def test_two_processes_share_one_data_folder_and_restarts_keep_data(
