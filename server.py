@@ -306,7 +306,8 @@ async def queue_workers(app: FastAPI, services: Services) -> AsyncIterator[None]
 @asynccontextmanager
 async def turn_jobs(app: FastAPI, services: Services) -> AsyncIterator[TurnJobs]:
     """The replies this process writes (chat/turn_jobs.py). At start-up, the replies a process
-    that died left unfinished are saved as interrupted; at shutdown, this process's are."""
+    that died left unfinished are saved as interrupted; at shutdown, this process's get
+    SHUTDOWN_GRACE_SECONDS to end, then are saved as interrupted."""
     jobs = TurnJobs()
     app.state.turn_jobs = jobs
     try:
@@ -319,7 +320,7 @@ async def turn_jobs(app: FastAPI, services: Services) -> AsyncIterator[TurnJobs]
     try:
         yield jobs
     finally:
-        await jobs.close()
+        await jobs.close(services.settings.shutdown_grace_seconds)
 
 
 @asynccontextmanager

@@ -243,8 +243,13 @@ class TurnJobs:
         if self._by_chat.get(job.chat_id) is job:
             del self._by_chat[job.chat_id]
 
-    async def close(self) -> None:
-        """Shutting down: every running reply is saved as interrupted."""
+    async def close(self, grace: float = 0.0) -> None:
+        """Shutting down: the running replies get `grace` seconds to end, then what is left of
+        each is saved as interrupted."""
+        tasks = [job.task for job in self._by_chat.values() if job.task and not job.task.done()]
+        if tasks and grace > 0:
+            log.info("Shutting down: waiting up to %.0f s for %d replies", grace, len(tasks))
+            await asyncio.wait(tasks, timeout=grace)
         jobs = list(self._by_chat.values())
         for job in jobs:
             job.stop()

@@ -102,6 +102,7 @@ class Settings(BaseSettings):
     model_call_deadline: float = Field(180.0, gt=0)
     turn_deadline: float = Field(900.0, gt=0)
     chat_lease_seconds: float = Field(60.0, ge=3)
+    shutdown_grace_seconds: float = Field(20.0, ge=0)
 
     # Provider keys (optional: a missing key leaves that provider out)
     groq_api_key: SecretStr | None = None

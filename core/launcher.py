@@ -165,8 +165,9 @@ async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def serve(app_path: str, host: str, port: int) -> int:
-    """Serve the app at `app_path` through `StartingApp`; uvicorn's exit code."""
+def serve(app_path: str, host: str, port: int, grace: float) -> int:
+    """Serve the app at `app_path` through `StartingApp`; uvicorn's exit code. On SIGTERM,
+    uvicorn gives open connections (streamed replies) `grace` seconds to end."""
     server: uvicorn.Server | None = None
 
     def stop() -> None:
@@ -175,7 +176,10 @@ def serve(app_path: str, host: str, port: int) -> int:
 
     app = StartingApp(app_path, on_failure=stop)
     # log_config=None: uvicorn's records go through our one-line format.
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None))
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=grace
+    )
+    server = uvicorn.Server(config)
     server.run()
     return STARTUP_FAILURE if app.failed or not server.started else 0
 
@@ -191,4 +195,4 @@ def run_server(app_path: str) -> int:
         report_startup_failure(str(error))
         return 2
     configure_logging(settings.log_level)
-    return serve(app_path, settings.app_host, settings.app_port)
+    return serve(app_path, settings.app_host, settings.app_port, settings.shutdown_grace_seconds)

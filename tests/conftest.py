@@ -41,8 +41,12 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def settings(data_dir: Path) -> Settings:
-    # _env_file=None: a developer's .env (say, a DATABASE_URL) must not leak into the tests.
-    return load_settings(_env_file=None, app_data_dir=data_dir, database_url=None)
+    # _env_file=None: a developer's .env (say, a DATABASE_URL) must not leak into the tests. No
+    # shutdown grace: an app a test ends interrupts its replies at once (test_server.py tests the
+    # grace, on the real process).
+    return load_settings(
+        _env_file=None, app_data_dir=data_dir, database_url=None, shutdown_grace_seconds=0
+    )
 
 
 @pytest.fixture(scope="session")

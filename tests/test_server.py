@@ -4,6 +4,7 @@ two processes on one data folder, and one-line errors for bad configuration."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
     # No warm-up: it would assemble the local model's 1.1 GB and start it in every test here
     # (tests/test_local_model.py runs the model; this module tests the server around it).
     env.update(APP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", LOCAL_MODEL_WARM_UP="false")
+    env.setdefault("SHUTDOWN_GRACE_SECONDS", "0")  # the tests of the grace set it
     env.update(extra)
     return env
 
@@ -312,3 +314,84 @@ async def test_the_server_answers_while_the_embedder_loads(
     finally:
         release.set()
         await services.close()
+
+
+def test_sigterm_lets_the_replies_being_written_finish_within_the_grace(
+    tmp_path: Path, start_server
+) -> None:
+    """A rolling deploy: the server stops taking requests and ends its streams at once (the UI
+    follows a dropped stream again, through another process behind a balancer: see
+    tests/test_scale_out.py), while the replies it is writing, one watched and one whose reader
+    left, run to their end and are saved before it exits."""
+    data = tmp_path / "data"
+    scripted = {"MODELS_CONFIG": str(PROJECT_ROOT / "tests" / "models.scripted.yaml"),
+                "SCRIPTED_WORDS": "60", "SCRIPTED_DELAY": "0.05"}  # fmt: skip
+    server = start_server(data, SCRIPTED_SERVER, SHUTDOWN_GRACE_SECONDS="30", **scripted)
+    server.wait_healthy()
+    chats = []
+    with httpx.stream("POST", f"{server.url}/api/messages", json={"content": "Left"}) as response:
+        for event in read_sse(response):
+            chats.append(event.get("chat_id"))
+            break  # the reader leaves; the reply goes on
+    events = []
+    with (
+        httpx.stream(
+            "POST", f"{server.url}/api/messages", json={"content": "Watched"}, timeout=60
+        ) as response,
+        contextlib.suppress(httpx.RemoteProtocolError),
+    ):  # the stream ends at SIGTERM
+        for event in read_sse(response):
+            events.append(event)
+            if len([e for e in events if e["type"] == "token"]) == 3:
+                server.process.send_signal(signal.SIGTERM)
+    chats.append(next(e["chat_id"] for e in events if "chat_id" in e))
+    assert events[-1]["type"] != "done"
+    server.process.wait(60)
+    log = server.output()
+    assert "Shutting down: waiting up to 30 s for 2 replies" in log
+    assert log.count("reply saved") == 2
+    assert log.rindex("reply saved") < log.index("ResolveAI stopped")
+
+    again = start_server(data, SCRIPTED_SERVER, **scripted)
+    again.wait_healthy()
+    full = " ".join(f"word{i}" for i in range(60))
+    for chat_id in chats:
+        saved = httpx.get(f"{again.url}/api/chats/{chat_id}/messages", timeout=10).json()
+        assert [(m["role"], m["status"]) for m in saved] == [
+            ("user", "complete"), ("assistant", "complete"),
+        ]  # fmt: skip
+        assert saved[1]["content"] == full
+
+
+def test_sigterm_saves_a_reply_longer_than_the_grace_as_interrupted(
+    tmp_path: Path, start_server
+) -> None:
+    data = tmp_path / "data"
+    scripted = {"MODELS_CONFIG": str(PROJECT_ROOT / "tests" / "models.scripted.yaml"),
+                "SCRIPTED_WORDS": "400", "SCRIPTED_DELAY": "0.05"}  # fmt: skip
+    server = start_server(data, SCRIPTED_SERVER, SHUTDOWN_GRACE_SECONDS="1", **scripted)
+    server.wait_healthy()
+    streamed, chat_id = [], None
+    with httpx.stream(
+        "POST", f"{server.url}/api/messages", json={"content": "Write a lot"}, timeout=60
+    ) as response:
+        try:
+            for event in read_sse(response):
+                chat_id = event.get("chat_id", chat_id)
+                if event["type"] == "token":
+                    streamed.append(event["text"])
+                    if len(streamed) == 3:
+                        server.process.send_signal(signal.SIGTERM)
+        except httpx.RemoteProtocolError:
+            pass  # the grace ran out: the server closed the stream
+    server.process.wait(60)  # about 2 s of grace at most, not the reply's 20 s
+
+    again = start_server(data, SCRIPTED_SERVER, **scripted)
+    again.wait_healthy()
+    saved = httpx.get(f"{again.url}/api/chats/{chat_id}/messages", timeout=10).json()
+    assert [(m["role"], m["status"]) for m in saved] == [
+        ("user", "complete"), ("assistant", "interrupted"),
+    ]  # fmt: skip
+    kept = saved[1]["content"].split()
+    assert len(streamed) <= len(kept) < 400
+    assert kept == [f"word{i}" for i in range(len(kept))]
