@@ -26,6 +26,7 @@ test: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint Dockerfile
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-if __name__ == "__main__" and sys.argv[1:2] != ["add-user"]:
+if __name__ == "__main__" and sys.argv[1:2] not in (["add-user"], ["migrate"]):  # see COMMANDS
     from core.launcher import run_server
 
     sys.exit(run_server("server:app"))
@@ -59,7 +59,7 @@ from chat.warm_up import warm_local_model
 from core import accounts
 from core.api_schema import install_api_schema
 from core.config import Settings, get_settings
-from core.db import Database
+from core.db import Database, load_migrations
 from core.errors import StartupError
 from core.http_errors import (
     RequestContext,
@@ -74,6 +74,7 @@ from core.logs import configure_logging, report_startup_failure
 from core.openai_errors import install_openai_errors
 from core.services import Services, open_services
 
+COMMANDS = ("add-user", "migrate")  # `python server.py COMMAND ...`; anything else serves
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DATABASE_DOWN = (
     "The database is not answering, so nothing could be read or saved. Try again in a moment."
@@ -380,9 +381,31 @@ def add_user_command(settings: Settings, args: list[str]) -> int:
     return 0
 
 
+def migrate_command(settings: Settings, args: list[str]) -> int:
+    """`python server.py migrate`: bring the database's schema up to date, then exit. For a
+    Postgres the app does not own, a deploy runs it once before starting the new servers (each
+    server's start-up does the same, under the same advisory lock, so either order is safe)."""
+    if args:
+        print("usage: python server.py migrate", file=sys.stderr)
+        return 2
+
+    async def run() -> None:
+        database = await Database.open(settings)  # migrates (core/db.py: migrate)
+        await database.close()
+
+    try:
+        asyncio.run(run())
+    except StartupError as error:
+        report_startup_failure(str(error))
+        return 1
+    log.info("Database: schema up to date (%d migrations)", len(load_migrations()))
+    return 0
+
+
 def main() -> int:
-    """`python server.py [add-user ...]` (and tests/scripted_server.py, with this module loaded)."""
-    if sys.argv[1:2] != ["add-user"]:
+    """`python server.py [COMMAND ...]` (and tests/scripted_server.py, with this module loaded)."""
+    command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else None
+    if command is None:
         return run_server("server:app")
     configure_logging()
     try:
@@ -391,7 +414,8 @@ def main() -> int:
         report_startup_failure(str(error))
         return 2
     configure_logging(settings.log_level)
-    return add_user_command(settings, sys.argv[2:])
+    run = add_user_command if command == "add-user" else migrate_command
+    return run(settings, sys.argv[2:])
 
 
 if __name__ == "__main__":

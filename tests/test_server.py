@@ -395,3 +395,39 @@ def test_sigterm_saves_a_reply_longer_than_the_grace_as_interrupted(
     kept = saved[1]["content"].split()
     assert len(streamed) <= len(kept) < 400
     assert kept == [f"word{i}" for i in range(len(kept))]
+
+
+def test_migrate_is_a_command_of_its_own_safe_when_run_twice_at_once(
+    tmp_path: Path, standalone_postgres: str
+) -> None:
+    """A deploy on a Postgres the app does not own migrates before starting servers; two at once
+    (two replicas' deploy steps) apply each migration once, and a later run applies nothing."""
+    env = server_env(tmp_path / "data", DATABASE_URL=standalone_postgres)
+    command = [sys.executable, "server.py", "migrate"]
+    both = [
+        subprocess.Popen(
+            command,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=120)[0] for process in both]
+    assert [process.returncode for process in both] == [0, 0], outputs
+    migrations = sorted(p.stem for p in (PROJECT_ROOT / "core" / "migrations").glob("*.sql"))
+    applied = [line.split("applied migration ")[1] for o in outputs for line in o.splitlines()
+               if "applied migration " in line]  # fmt: skip
+    assert sorted(applied) == migrations  # each once, by one or the other
+    assert all(f"schema up to date ({len(migrations)} migrations)" in o for o in outputs)
+    assert not (tmp_path / "data" / "pg").exists()  # the embedded server was never started
+
+    again = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert again.returncode == 0 and "applied migration" not in again.stderr + again.stdout
+
+    wrong = subprocess.run([*command, "--now"], cwd=PROJECT_ROOT, env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert wrong.returncode == 2 and "usage: python server.py migrate" in wrong.stderr
