@@ -89,6 +89,7 @@ class Settings(BaseSettings):
 
     # Embeddings
     embed_model_name: str = DEFAULT_EMBED_MODEL
+    embed_threads: int | None = Field(None, ge=1)
 
     # Language models
     models_config: Path = PROJECT_ROOT / "core" / "models.yaml"
@@ -167,6 +168,7 @@ class Settings(BaseSettings):
         "local_model_path",
         "models_config",
         "local_model_threads",
+        "embed_threads",
         "local_model_url",
         "app_public_url",
         "web_search_provider",

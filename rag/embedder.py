@@ -55,8 +55,9 @@ def bundled_model_dir() -> Path:
 class Embedder:
     """Loads the model once and encodes text off the event loop."""
 
-    def __init__(self, model_name: str = DEFAULT_EMBED_MODEL) -> None:
+    def __init__(self, model_name: str = DEFAULT_EMBED_MODEL, threads: int | None = None) -> None:
         self.model_name = model_name
+        self.threads = threads  # torch's threads for this process; None: torch's own choice
         self._model: SentenceTransformer | None = None
         self._load_lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
@@ -89,8 +90,15 @@ class Embedder:
             return self._model
 
     def _open_model(self) -> SentenceTransformer:
+        import torch
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
+
+        if self.threads is not None:
+            # torch takes every core by default; several server processes on one machine then
+            # fight over them (bench/scale_out.py: 2 processes on 2 cores did 0.64x the turns of
+            # one, and 1.5x with a thread each).
+            torch.set_num_threads(self.threads)
 
         transformers_logging.disable_progress_bar()  # keep the terminal log one line per step
         # count_tokens measures texts longer than the model reads on purpose (to split them):

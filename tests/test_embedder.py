@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
+from core.config import PROJECT_ROOT
 from core.errors import StartupError
 from rag.embedder import EMBED_DIMENSIONS, Embedder
 
@@ -70,3 +74,23 @@ async def test_unknown_model_names_the_setting() -> None:
     with pytest.raises(StartupError, match="EMBED_MODEL_NAME"):
         await model.load()
     assert model.state == "failed"
+
+
+def test_embed_threads_sets_the_threads_torch_uses(tmp_path) -> None:
+    """EMBED_THREADS reaches torch (in a process of its own: torch's threads are per process)."""
+    script = f"""
+import asyncio, torch
+from core.config import load_settings
+from rag.embedder import Embedder
+settings = load_settings(_env_file=None, app_data_dir={str(tmp_path)!r}, database_url=None)
+before = torch.get_num_threads()
+embedder = Embedder(settings.embed_model_name, settings.embed_threads)
+asyncio.run(embedder.embed_query("hello"))
+# OpenMP's thread count is per thread: what counts is the embedder's own (it encodes there).
+print(before, embedder._executor.submit(torch.get_num_threads).result())
+"""
+    env = {**os.environ, "EMBED_THREADS": "1", "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2", "1"]
