@@ -69,8 +69,8 @@ from core.http_errors import (
     install_error_handlers,
 )
 from core.http_guard import BodyGuard, HostOriginGuard, HttpPolicy
-from core.launcher import run_server
-from core.logs import configure_logging, report_startup_failure
+from core.launcher import command_settings, run_server
+from core.logs import report_startup_failure
 from core.openai_errors import install_openai_errors
 from core.services import Services, open_services
 
@@ -407,13 +407,9 @@ def main() -> int:
     command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else None
     if command is None:
         return run_server("server:app")
-    configure_logging()
-    try:
-        settings = get_settings()
-    except StartupError as error:
-        report_startup_failure(str(error))
+    settings = command_settings()
+    if settings is None:
         return 2
-    configure_logging(settings.log_level)
     run = add_user_command if command == "add-user" else migrate_command
     return run(settings, sys.argv[2:])
 

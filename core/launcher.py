@@ -25,13 +25,16 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
 from core.errors import StartupError
 from core.logs import configure_logging, report_startup_failure, startup_traceback_filter
+
+if TYPE_CHECKING:
+    from core.config import Settings
 
 log = logging.getLogger("resolveai")
 
@@ -184,8 +187,9 @@ def serve(app_path: str, host: str, port: int, grace: float) -> int:
     return STARTUP_FAILURE if app.failed or not server.started else 0
 
 
-def run_server(app_path: str) -> int:
-    """`python server.py`: the settings (a bad one is one line and exit code 2), then serve."""
+def command_settings() -> Settings | None:
+    """What every `python server.py` command does first: our log format, then the settings;
+    None, after one line saying which setting is wrong, when one is."""
     from core.config import get_settings
 
     configure_logging()
@@ -193,6 +197,14 @@ def run_server(app_path: str) -> int:
         settings = get_settings()
     except StartupError as error:
         report_startup_failure(str(error))
-        return 2
+        return None
     configure_logging(settings.log_level)
+    return settings
+
+
+def run_server(app_path: str) -> int:
+    """`python server.py`: the settings (a bad one is one line and exit code 2), then serve."""
+    settings = command_settings()
+    if settings is None:
+        return 2
     return serve(app_path, settings.app_host, settings.app_port, settings.shutdown_grace_seconds)

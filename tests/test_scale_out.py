@@ -59,11 +59,33 @@ backend app
 """
 
 
+def start_haproxy(folder: Path, a: int, b: int) -> tuple[subprocess.Popen[bytes], str]:
+    """Debian's haproxy in front of the servers on ports a and b (the same port twice for one
+    server), once it answers; its log in `folder`."""
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    assert Path(haproxy).exists(), "haproxy is needed (apt-get install haproxy; .ci/run does)"
+    port = free_port()
+    config = folder / f"haproxy-{port}.cfg"
+    config.write_text(HAPROXY_CONFIG.format(port=port, a=a, b=b))
+    log = folder / f"haproxy-{port}.log"
+    balancer = subprocess.Popen(
+        [haproxy, "-f", str(config), "-db"], stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert balancer.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{url}/api/health", timeout=2).status_code == 200:
+                return balancer, url
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "haproxy did not answer"
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def deployment(tmp_path: Path, standalone_postgres: str) -> Iterator[dict[str, Any]]:
     """Servers a and b on the one database, and haproxy in front of them."""
-    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    assert Path(haproxy).exists(), "haproxy is needed (apt-get install haproxy; .ci/run does)"
     settings = {
         "DATABASE_URL": standalone_postgres,
         "MODELS_CONFIG": str(PROJECT_ROOT / "tests" / "models.scripted.yaml"),
@@ -81,26 +103,7 @@ def deployment(tmp_path: Path, standalone_postgres: str) -> Iterator[dict[str, A
     try:
         for server in servers.values():
             server.wait_healthy()
-        port = free_port()
-        config = tmp_path / "haproxy.cfg"
-        config.write_text(
-            HAPROXY_CONFIG.format(port=port, a=servers["a"].port, b=servers["b"].port)
-        )
-        balancer = subprocess.Popen(
-            [haproxy, "-f", str(config), "-db"],
-            stdout=(tmp_path / "haproxy.log").open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            assert balancer.poll() is None, (tmp_path / "haproxy.log").read_text()
-            try:
-                if httpx.get(f"{url}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "haproxy did not answer"
-            time.sleep(0.1)
+        balancer, url = start_haproxy(tmp_path, servers["a"].port, servers["b"].port)
         yield {"url": url, "servers": servers}
     finally:
         if balancer is not None:
@@ -111,10 +114,10 @@ def deployment(tmp_path: Path, standalone_postgres: str) -> Iterator[dict[str, A
 
 
 async def chat_once(
-    client: httpx.AsyncClient, number: int, accepted: asyncio.Event | None = None
+    client: httpx.AsyncClient, number: int, streaming_on: dict[str, asyncio.Event] | None = None
 ) -> dict[str, Any]:
     """One new chat's first message through the balancer: what streamed, and who served it
-    (`accepted` is set once the reply has begun)."""
+    (`streaming_on[server]` is set once a reply from that server streams)."""
     result: dict[str, Any] = {"chat_id": None, "tokens": [], "last": None, "served_by": None}
     try:
         async with client.stream(
@@ -124,11 +127,12 @@ async def chat_once(
             result["served_by"] = response.headers.get("x-served-by")
             async for _, event in read_numbered_events(response):
                 result["chat_id"] = event.get("chat_id", result["chat_id"])
-                result["last"] = event["type"]
+                if event["type"] != "heartbeat":  # one may come after `done`, before the end
+                    result["last"] = event["type"]
                 if event["type"] == "token":
                     result["tokens"].append(event["text"])
-                    if accepted is not None:
-                        accepted.set()
+                    if streaming_on is not None:
+                        streaming_on[result["served_by"]].set()
     except (httpx.RemoteProtocolError, httpx.ReadError) as error:  # its server was killed
         result["broken"] = repr(error)
     if result["last"] != "done":  # ended without its last event, however the balancer ended it
@@ -195,10 +199,11 @@ async def test_a_reply_is_followed_and_stopped_through_the_other_process(deploym
 async def test_a_process_killed_mid_load_loses_nothing_and_doubles_nothing(deployment) -> None:
     servers = deployment["servers"]
     async with client_for(deployment["url"]) as client:
-        started = [asyncio.Event() for _ in range(CHATS)]
-        running = [asyncio.ensure_future(chat_once(client, n, started[n])) for n in range(CHATS)]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
-        servers["b"].process.send_signal(signal.SIGKILL)  # no shutdown code runs
+        streaming_on = {"a": asyncio.Event(), "b": asyncio.Event()}
+        running = [asyncio.ensure_future(chat_once(client, n, streaming_on)) for n in range(CHATS)]
+        # Every message is taken within a second; replies stream after their memory recall.
+        await asyncio.wait_for(streaming_on["b"].wait(), 60)
+        servers["b"].process.send_signal(signal.SIGKILL)  # mid-reply: no shutdown code runs
         results = await asyncio.wait_for(asyncio.gather(*running), 120)
 
         # b's replies broke off, unless they had ended before; a's all ended.
@@ -206,15 +211,16 @@ async def test_a_process_killed_mid_load_loses_nothing_and_doubles_nothing(deplo
         assert broken and {r["served_by"] for r in broken} == {"b"}, broken[:2]
         assert all(r["last"] == "done" for r in results if "broken" not in r)
         assert any(r["served_by"] == "a" for r in results)
+
         # A reader of a dead process's reply (now served by a) saves it as interrupted once the
         # dead process's claim on the chat (CHAT_LEASE_SECONDS) is over; then its stream ends.
-        for result in broken:
-            async with client.stream(
-                "GET", f"/api/chats/{result['chat_id']}/stream?after=0"
-            ) as response:
+        async def read_to_the_end(chat_id: str) -> None:
+            async with client.stream("GET", f"/api/chats/{chat_id}/stream?after=0") as response:
                 assert response.status_code in (200, 409), await response.aread()
                 async for _ in read_numbered_events(response):
                     pass
+
+        await asyncio.gather(*(read_to_the_end(r["chat_id"]) for r in broken))
         for result in results:
             saved = await messages_of(client, result["chat_id"])
             streamed = "".join(result["tokens"])

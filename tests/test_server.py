@@ -231,6 +231,12 @@ def test_invalid_setting_is_one_clear_line(tmp_path: Path) -> None:
 SCRIPTED_SERVER = ("-m", "tests.scripted_server")  # server.py with every model role scripted
 
 
+def scripted(words: int, **extra: str) -> dict[str, str]:
+    """SCRIPTED_SERVER's settings: replies of `words` words (one every 0.05 s)."""
+    config = str(PROJECT_ROOT / "tests" / "models.scripted.yaml")
+    return {"MODELS_CONFIG": config, "SCRIPTED_WORDS": str(words), **extra}
+
+
 def read_sse(response: httpx.Response) -> Iterator[dict]:
     data = []
     for line in response.iter_lines():
@@ -245,9 +251,8 @@ def test_a_server_killed_mid_reply_loses_nothing_and_frees_the_chat(
     tmp_path: Path, start_server
 ) -> None:
     data = tmp_path / "data"
-    scripted = {"MODELS_CONFIG": str(PROJECT_ROOT / "tests" / "models.scripted.yaml"),
-                "CHAT_LEASE_SECONDS": "3", "SCRIPTED_WORDS": "400"}  # fmt: skip
-    first = start_server(data, SCRIPTED_SERVER, **scripted)
+    settings = scripted(400, CHAT_LEASE_SECONDS="3")
+    first = start_server(data, SCRIPTED_SERVER, **settings)
     first.wait_healthy()
     streamed, chat_id = [], None
     body = {"content": "Write a lot"}
@@ -262,7 +267,7 @@ def test_a_server_killed_mid_reply_loses_nothing_and_frees_the_chat(
     first.process.wait()
     killed_at = time.monotonic()
 
-    second = start_server(data, SCRIPTED_SERVER, **scripted)
+    second = start_server(data, SCRIPTED_SERVER, **settings)
     second.wait_healthy()
     # The chat takes a new message once the dead server's lease (3 s) is over; the reply it was
     # writing is there first, as far as it had reached the event log.
@@ -324,9 +329,7 @@ def test_sigterm_lets_the_replies_being_written_finish_within_the_grace(
     tests/test_scale_out.py), while the replies it is writing, one watched and one whose reader
     left, run to their end and are saved before it exits."""
     data = tmp_path / "data"
-    scripted = {"MODELS_CONFIG": str(PROJECT_ROOT / "tests" / "models.scripted.yaml"),
-                "SCRIPTED_WORDS": "60", "SCRIPTED_DELAY": "0.05"}  # fmt: skip
-    server = start_server(data, SCRIPTED_SERVER, SHUTDOWN_GRACE_SECONDS="30", **scripted)
+    server = start_server(data, SCRIPTED_SERVER, **scripted(60, SHUTDOWN_GRACE_SECONDS="30"))
     server.wait_healthy()
     chats = []
     with httpx.stream("POST", f"{server.url}/api/messages", json={"content": "Left"}) as response:
@@ -352,7 +355,7 @@ def test_sigterm_lets_the_replies_being_written_finish_within_the_grace(
     assert log.count("reply saved") == 2
     assert log.rindex("reply saved") < log.index("ResolveAI stopped")
 
-    again = start_server(data, SCRIPTED_SERVER, **scripted)
+    again = start_server(data, SCRIPTED_SERVER, **scripted(60))
     again.wait_healthy()
     full = " ".join(f"word{i}" for i in range(60))
     for chat_id in chats:
@@ -367,9 +370,7 @@ def test_sigterm_saves_a_reply_longer_than_the_grace_as_interrupted(
     tmp_path: Path, start_server
 ) -> None:
     data = tmp_path / "data"
-    scripted = {"MODELS_CONFIG": str(PROJECT_ROOT / "tests" / "models.scripted.yaml"),
-                "SCRIPTED_WORDS": "400", "SCRIPTED_DELAY": "0.05"}  # fmt: skip
-    server = start_server(data, SCRIPTED_SERVER, SHUTDOWN_GRACE_SECONDS="1", **scripted)
+    server = start_server(data, SCRIPTED_SERVER, **scripted(400, SHUTDOWN_GRACE_SECONDS="1"))
     server.wait_healthy()
     streamed, chat_id = [], None
     with httpx.stream(
@@ -386,7 +387,7 @@ def test_sigterm_saves_a_reply_longer_than_the_grace_as_interrupted(
             pass  # the grace ran out: the server closed the stream
     server.process.wait(60)  # about 2 s of grace at most, not the reply's 20 s
 
-    again = start_server(data, SCRIPTED_SERVER, **scripted)
+    again = start_server(data, SCRIPTED_SERVER, **scripted(400))
     again.wait_healthy()
     saved = httpx.get(f"{again.url}/api/chats/{chat_id}/messages", timeout=10).json()
     assert [(m["role"], m["status"]) for m in saved] == [
