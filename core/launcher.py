@@ -5,8 +5,9 @@ The server's imports (FastAPI, LangGraph, LiteLLM and the app's own modules) tak
 serves from the first second: it imports the real app in a thread and runs the real app's start-up
 (its lifespan) in the background, answering meanwhile
 
-- `/api/health` with 200 and `"starting": true, "warming_up": true` (the process is up, what it
-  is asked will be served), the same contract as while the embedder loads (core/services.py);
+- `/api/health` with 200, `"warming_up": true` and `"starting"`: what it is doing (the process
+  is up, what it is asked will be served), the same contract as while the embedder loads
+  (core/services.py);
 - every other request once the app is ready: it waits, and is then served as usual.
 
 A start-up that fails ends the process as uvicorn would (exit code 3), with the app's one-line
