@@ -33,6 +33,7 @@ from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
 from core.tracing import span, trace_metadata
 from rag.citations import CitationNormalizer
+from rag.link_reader import links_in
 
 log = logging.getLogger("resolveai.chat")
 
@@ -143,6 +144,13 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     calls = state.get("model_calls", 0) + 1
     with_tools = turn.services.model_plan.capability("chat", "tools")
     names = offered_tool_names(turn)
+    links = links_in(state["user_text"]) if "fetch_url" in names and not turn.links_read else []
+    if links:
+        # Links in the message are read before anything else, on every model: the user pointed
+        # at them (a failed read comes back as the tool's error, and the turn goes on).
+        log.info("Chat %s: reading %d linked pages", short_id(turn.chat_id), len(links))
+        assistant = {"role": "assistant", "content": None, "tool_calls": [_fetch_call(links)]}
+        return {"messages": [assistant], "model_calls": calls - 1}
     wants_search = "web_search" in names and state.get("use_web") and not turn.searches
     if wants_search and not with_tools:
         log.info("Chat %s: searching the web for the message itself", short_id(turn.chat_id))
@@ -213,7 +221,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
         shown.append(rest)
         reply, separator = _show(reply, separator, rest)
     message = streamed.message()
-    tool_calls = message["tool_calls"] + [_written_call(name, args) for name, args in written_calls]
+    tool_calls = message["tool_calls"] + [_tool_call(name, args) for name, args in written_calls]
     content = "".join(shown)
     log.info(
         "Chat %s: model call %d done in %d ms (%s)",
@@ -282,8 +290,9 @@ def _show(reply: str, separator: str, text: str) -> tuple[str, str]:
     return reply + text, ""
 
 
-def _written_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """A call the model wrote as text, in the structured form."""
+def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tool call in the structured form: one the model wrote as text, or one the turn makes
+    itself (a search for the message, the links in it)."""
     return {
         "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
@@ -335,12 +344,11 @@ class StreamedMessage:
 
 
 def _search_call(query: str) -> dict[str, Any]:
-    arguments = json.dumps({"query": query[:400], "context": ""})
-    return {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {"name": "web_search", "arguments": arguments},
-    }
+    return _tool_call("web_search", {"query": query[:400], "context": ""})
+
+
+def _fetch_call(urls: list[str]) -> dict[str, Any]:
+    return _tool_call("fetch_url", {"urls": urls})
 
 
 def _already_done(call: dict[str, Any], state: ChatState) -> bool:
@@ -381,6 +389,7 @@ STEP_TEXT = {
     "save_memory": "Saving to memory: {content}",
     "search_documents": "Searching your documents: {query}",
     "web_search": None,  # reports its own steps, round by round
+    "fetch_url": None,  # reports each link it reads
     "calculator": "Calculating {expression}",
     "current_datetime": "Checking the date and time",
 }
@@ -388,9 +397,9 @@ STEP_TEXT = {
 
 # Tools that write (and stream) the reply themselves: one of them a step, or two answers would
 # stream into each other.
-ANSWERING_TOOLS = ("web_search",)
+ANSWERING_TOOLS = ("web_search", "fetch_url")
 ONE_ANSWER_AT_A_TIME = json.dumps(
-    {"error": "Only one web search runs at a time; the first one answered the user."}
+    {"error": "Only one web search or page reading runs at a time; the first one answered."}
 )
 
 

@@ -64,7 +64,10 @@ def _tool(services: Services, name: str) -> dict[str, Any]:
     """A tool and why the model is never offered it on this server, if it is not."""
     plan = services.model_plan
     reason = None
-    if not plan.capability("chat", "tools"):
+    if name == "fetch_url":  # links in a message are read on every model, tools or not
+        if not services.settings.reads_links:
+            reason = "reading links is off on this server (LINK_READING)"
+    elif not plan.capability("chat", "tools"):
         reason = "the chat model on this server is not offered tools (the local model)"
     elif name in MEMORY_TOOLS and not plan.capability("chat", "memory_tools"):
         reason = "the chat model here does not get the memory tools (memory works without them)"

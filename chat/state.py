@@ -38,6 +38,7 @@ class TurnContext:
         default_factory=list
     )  # progress lines, saved with the reply
     searches: list[str] = field(default_factory=list)  # web searches made (queries), capped
+    links_read: list[str] = field(default_factory=list)  # links fetched (fetch_url's), capped
     embedding_cache: dict[str, Any] = field(default_factory=dict)  # chunk text → vector
     # How this turn uses long-term memory: "tools" (recall + the memory tools), "recall" (recall
     # before the reply, extraction after it, no tools) or "off" (temporary chat, memory paused).

@@ -41,6 +41,7 @@ from core.memory_search import RetrievedMemory, retrieve_memories
 from core.prompt_blocks import untrusted
 from core.tracing import trace_metadata
 from rag.document_search import search_documents as find_passages
+from rag.link_reader import MAX_LINKS, LinkError, LinkPolicy, ReadPages, read_link
 from rag.web_rag import (
     MAX_SEARCHES,
     WebSearchRound,
@@ -300,6 +301,74 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
     return result.answer, {"final_answer": True, "answer": result.answer, "sources": result.sources}
 
 
+class FetchUrlInput(BaseModel):
+    urls: list[str] = Field(
+        min_length=1,
+        max_length=MAX_LINKS,
+        description=(
+            f"The http(s) addresses of 1 to {MAX_LINKS} pages to read, exactly as written,"
+            " e.g. ['https://example.com/article']."
+        ),
+    )
+
+
+@tool("fetch_url", args_schema=FetchUrlInput, response_format="content_and_artifact")
+async def fetch_url(urls: list[str], config: RunnableConfig) -> tuple[str, Any]:
+    """Read web pages by their address and answer from them, with numbered citations.
+
+    Use it when the user gives a link, or to read in full a page a search found. It writes the
+    answer for you. Only public pages are read (no private or local addresses).
+    """
+    turn = turn_of(config)
+    settings = turn.services.settings
+    if not settings.reads_links:
+        raise RuntimeError("reading links is off on this server")
+    if len(turn.links_read) + len(urls) > MAX_LINKS:
+        return _dumps({"error": f"At most {MAX_LINKS} links are read per message."}), None
+    turn.links_read.extend(urls)
+    policy = LinkPolicy(settings.link_allowed_networks, settings.link_allowed_ports)
+    for url in urls:
+        step_event(turn, f"Reading {url}", tool="fetch_url")
+    outcomes = await asyncio.gather(
+        *(read_link(url, policy) for url in urls), return_exceptions=True
+    )
+    pages = []
+    for outcome in outcomes:
+        if isinstance(outcome, LinkError):
+            # The user sees why a link was not read, whatever the model makes of it.
+            step_event(turn, str(outcome), tool="fetch_url")
+            turn.add_note(str(outcome))
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            pages.append(outcome)
+    if not pages:
+        raise LinkError(" ".join(str(outcome) for outcome in outcomes))
+    writer = get_stream_writer()
+    result = await WebSearchRound(
+        provider=ReadPages(pages),
+        embedder=turn.services.embedder,
+        router=turn.services.router,
+        question=turn.user_text,
+        query=turn.user_text,
+        context="",
+        number=1,
+        step=lambda text: step_event(turn, text, tool="fetch_url"),
+        token=lambda text: writer({"type": "token", "text": text}),
+        publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
+        metadata=lambda name: trace_metadata(
+            turn.trace_id, str(turn.chat_id), name, user_id=str(turn.user_id)
+        ),
+        embedding_cache=turn.embedding_cache,
+        answered=lambda response: note_answer(turn, response),
+        chunks_kept=chunks_kept_for(turn.services.model_plan),
+        last=True,  # the user pointed at these pages: answer from them, saying what they lack
+        user_pages=True,
+    ).run()
+    assert result.answer is not None  # a last round always answers
+    return result.answer, {"final_answer": True, "answer": result.answer, "sources": result.sources}
+
+
 class CalculatorInput(BaseModel):
     expression: str = Field(
         min_length=1,
@@ -371,6 +440,7 @@ TOOLS: list[BaseTool] = [
     retrieve_memory,
     search_documents,
     web_search,
+    fetch_url,
     calculator,
     current_datetime,
 ]
@@ -381,6 +451,7 @@ SUMMARIES: dict[str, str] = {
     "retrieve_memory": "Looks up what it remembers about you from earlier chats.",
     "search_documents": "Searches the documents you uploaded.",
     "web_search": "Searches the web and answers with citations.",
+    "fetch_url": "Reads the web pages you link to and answers from them, with citations.",
     "calculator": "Computes arithmetic exactly (powers, roots, logarithms, factorials…).",
     "current_datetime": "Tells the date and time now, in your time zone or another.",
 }
@@ -405,7 +476,8 @@ MEMORY_TOOLS = ("save_memory", "retrieve_memory")
 def available_tool_names(
     services: Any, memory_tools: bool = True, documents: bool = False, off: Collection[str] = ()
 ) -> list[str]:
-    """The tools a turn can offer: web search only when a search provider is configured, the
+    """The tools a turn can offer: web search only when a search provider is configured, reading
+    links only when the server reads links (LINK_READING), the
     memory tools only when the chat model may have them and memory is on (`memory_tools`), the
     document search only when the user has documents (`documents`), none the user switched off
     (`off`, their `disabled_tools` setting)."""
@@ -413,6 +485,7 @@ def available_tool_names(
         t.name
         for t in TOOLS
         if (t.name != "web_search" or services.search_provider)
+        and (t.name != "fetch_url" or services.settings.reads_links)
         and (memory_tools or t.name not in MEMORY_TOOLS)
         and (documents or t.name != "search_documents")
         and t.name not in off

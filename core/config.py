@@ -28,6 +28,7 @@ from core.errors import StartupError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class SettingsError(StartupError):
@@ -114,6 +115,13 @@ class Settings(BaseSettings):
     # Web search: "auto" is Tavily when TAVILY_API_KEY is set, otherwise off.
     web_search_provider: Literal["auto", "tavily", "pages", "off"] = "auto"
     web_pages_dir: Path | None = None
+    # Reading the links in a user's message (rag/link_reader.py). auto: on unless web search is
+    # pages (offline) or off; on; off.
+    link_reading: Literal["auto", "on", "off"] = "auto"
+    # Networks a link may reach although they are private or loopback (an intranet wiki, say):
+    # CIDRs, comma-separated. Ports a link may name.
+    link_allowed_networks: Annotated[list[IPNetwork], NoDecode] = []
+    link_allowed_ports: Annotated[list[int], NoDecode] = [80, 443]
 
     # Tracing (optional)
     langfuse_public_key: SecretStr | None = None
@@ -147,6 +155,21 @@ class Settings(BaseSettings):
         # ALLOWED_HOSTS=chat.example.com, 192.168.1.20:8000
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("link_allowed_networks", "link_allowed_ports", mode="before")
+    @classmethod
+    def _list_separated_by_commas(cls, value: object) -> object:
+        # LINK_ALLOWED_NETWORKS=10.1.0.0/16, fd00::/8
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("link_allowed_ports")
+    @classmethod
+    def _ports_are_ports(cls, value: list[int]) -> list[int]:
+        if not value or any(not 0 < port < 65536 for port in value):
+            raise ValueError("list 1 to 65535, comma-separated (e.g. 80,443)")
         return value
 
     @field_validator(
@@ -217,6 +240,14 @@ class Settings(BaseSettings):
     @property
     def pg_data_dir(self) -> Path:
         return self.app_data_dir.resolve() / "pg"
+
+    @property
+    def reads_links(self) -> bool:
+        """Whether links in a user's message are fetched: never when the web is configured away
+        (an offline `pages` setup or web search off), unless LINK_READING=on says so."""
+        if self.link_reading == "auto":
+            return self.web_search_provider not in ("pages", "off")
+        return self.link_reading == "on"
 
     @property
     def langfuse_enabled(self) -> bool:

@@ -479,9 +479,11 @@ def chunk_pages(
     results: Sequence[SearchResult],
     count_tokens: Callable[[str], int],
     budget: int = DEFAULT_BUDGET,
+    keep_small: bool = False,
 ) -> list[Chunk]:
-    """All pages' chunks, in page order; `source_index` is the page's index in `results`."""
+    """All pages' chunks, in page order; `source_index` is the page's index in `results`
+    (`keep_small` as for `chunk_page`)."""
     chunks: list[Chunk] = []
     for index, result in enumerate(results):
-        chunks.extend(chunk_page(result, index, count_tokens, budget))
+        chunks.extend(chunk_page(result, index, count_tokens, budget, keep_small))
     return chunks

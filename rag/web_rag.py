@@ -89,6 +89,9 @@ class WebSearchRound:
     last: bool = False
     # Told which deployment wrote the answer (the Router's response, before it is read).
     answered: Callable[[Any], Any] = lambda response: None
+    # The pages are links the user gave, read already (and reported): no "Searching the web"
+    # step, and their short pieces are content, kept as a document's are.
+    user_pages: bool = False
 
     async def run(self) -> RoundResult:
         with span(f"web search {self.number}", input=self.query) as observation:
@@ -98,7 +101,8 @@ class WebSearchRound:
             return result
 
     async def _run(self) -> RoundResult:
-        self.step(f"Searching the web for “{self.query}”")
+        if not self.user_pages:
+            self.step(f"Searching the web for “{self.query}”")
         started = time.monotonic()
         with span("search", kind="retriever", input=self.query):
             results = await self.provider.search(self.query, RESULTS_PER_SEARCH)
@@ -110,7 +114,11 @@ class WebSearchRound:
             log.info("Web: search %d found nothing (%.1f s)", self.number, searched - started)
             if not self._is_last():
                 return self._not_enough("the search returned no usable pages")
-            answer = f"I couldn't find information about “{self.query}” on the web."
+            answer = (
+                "The linked pages have no text I could use."
+                if self.user_pages
+                else f"I couldn't find information about “{self.query}” on the web."
+            )
             self.token(answer)
             return RoundResult(answer, [])
         self.step(f"Reading {len(results)} pages ({len(chunks)} chunks)")
@@ -155,7 +163,9 @@ class WebSearchRound:
     def _chunk(self, results: list[Any]) -> list[Any]:
         """In a thread: the tokenizer's budget is read here too, as it waits for an embedder
         still loading (start-up does not wait for it)."""
-        return chunk_pages(results, self.embedder.count_tokens, budget_for(self.embedder))
+        return chunk_pages(
+            results, self.embedder.count_tokens, budget_for(self.embedder), self.user_pages
+        )
 
     def _is_last(self) -> bool:
         return self.last or self.number >= MAX_SEARCHES

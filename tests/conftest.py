@@ -44,9 +44,14 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def settings(data_dir: Path) -> Settings:
     # _env_file=None: a developer's .env (say, a DATABASE_URL) must not leak into the tests. No
     # shutdown grace: an app a test ends interrupts its replies at once (test_server.py tests the
-    # grace, on the real process).
+    # grace, on the real process). No link in a message is fetched: tests never reach the
+    # internet (test_link_reading.py serves its pages on loopback and allows that).
     return load_settings(
-        _env_file=None, app_data_dir=data_dir, database_url=None, shutdown_grace_seconds=0
+        _env_file=None,
+        app_data_dir=data_dir,
+        database_url=None,
+        shutdown_grace_seconds=0,
+        link_reading="off",
     )
 
 

@@ -390,13 +390,14 @@ def test_tool_schemas_show_only_the_model_arguments() -> None:
     schemas = tool_schemas()
     names = [s["function"]["name"] for s in schemas]
     assert names == ["save_memory", "retrieve_memory", "search_documents", "web_search",
-                     "calculator", "current_datetime"]  # fmt: skip
+                     "fetch_url", "calculator", "current_datetime"]  # fmt: skip
     assert [s["function"]["name"] for s in schemas] == [t.name for t in TOOLS]
     parameters = {s["function"]["name"]: s["function"]["parameters"] for s in schemas}
     assert set(parameters["save_memory"]["properties"]) == {"content", "quote"}
     assert parameters["save_memory"]["required"] == ["content", "quote"]
     assert set(parameters["retrieve_memory"]["properties"]) == {"query"}
     assert set(parameters["search_documents"]["properties"]) == {"query"}
+    assert set(parameters["fetch_url"]["properties"]) == {"urls"}
     # `config` is injected by LangChain, never asked of the model.
     assert "config" not in json.dumps(schemas)
     for tool in TOOLS:
