@@ -343,7 +343,14 @@ async def fetch_url(urls: list[str], config: RunnableConfig) -> tuple[str, Any]:
         else:
             pages.append(outcome)
     if not pages:
-        raise LinkError(" ".join(str(outcome) for outcome in outcomes))
+        # Not a failure of the tool: the model hears why, and what to do with it.
+        return _dumps(
+            {
+                "error": untrusted(" ".join(str(outcome) for outcome in outcomes)),
+                "next": "Tell the user in one sentence that the link could not be read, and"
+                " why; then answer from what you know, if you can, saying it is not from the page.",
+            }
+        ), None
     writer = get_stream_writer()
     result = await WebSearchRound(
         provider=ReadPages(pages),

@@ -23,6 +23,7 @@ A link that cannot be read raises `LinkError` with one sentence fit for the mode
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import ipaddress
 import logging
@@ -126,7 +127,7 @@ async def read_link(url: str, policy: LinkPolicy) -> SearchResult:
                 await _check_robots(client, url)
                 final_url, kind, data = await _download(client, url)
     except SSRFGuardError as error:
-        raise LinkError(f"I did not read {url}: {_refusal(error, policy)}.") from error
+        raise LinkError(f"I did not read {url}: {_refusal(error, url, policy)}.") from error
     except TimeoutError as error:
         late = f"it took longer than {TIMEOUT_SECONDS:.0f} s"
         raise LinkError(f"I could not read {url}: {late}.") from error
@@ -221,9 +222,18 @@ def _title_from_url(url: str) -> str:
     return f"{parts.hostname}{' · ' + path if path else ''}"
 
 
-def _refusal(error: SSRFGuardError, policy: LinkPolicy) -> str:
-    """Why the guard refused, in the user's words (the guard's own message is for developers)."""
+def _refusal(error: SSRFGuardError, url: str, policy: LinkPolicy) -> str:
+    """Why the guard refused, in the user's words (the guard's own message is for developers).
+
+    The guard checks the port before the address: a link to http://127.0.0.1:8080/ is refused
+    for its address, the reason that matters, not for its port."""
     text = str(error)
+    if "allowed_ports" in text:
+        any_port = dataclasses.replace(policy.guard(), allowed_ports=frozenset(range(1, 65536)))
+        try:
+            any_port.check_url(url)
+        except SSRFGuardError as deeper:
+            text = str(deeper)
     if "allowed_ports" in text:
         *others, last = [str(port) for port in sorted(policy.allowed_ports)]
         ports = f"{', '.join(others)} or {last}" if others else last
@@ -233,8 +243,7 @@ def _refusal(error: SSRFGuardError, policy: LinkPolicy) -> str:
     if "redirect" in text:
         return "it redirects too many times"
     return (
-        "it (or a page it redirects to) points to a private or local network address, which"
-        " ResolveAI does not fetch"
+        "it leads to a private or local network address, which ResolveAI does not fetch"
         " (only public web pages are read)"
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import os
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -168,6 +169,16 @@ async def test_a_link_to_loopback_is_refused_in_any_spelling_with_no_request_mad
         assert target.requests == []
     finally:
         target.close()
+
+
+async def test_a_loopback_link_on_another_port_is_refused_for_its_address() -> None:
+    """The address is the reason that matters, though the port is not allowed either."""
+    with pytest.raises(LinkError) as refused:
+        await read_link("http://127.0.0.1:8080/admin", LinkPolicy())
+    assert str(refused.value) == (
+        "I did not read http://127.0.0.1:8080/admin: it leads to a private or local network"
+        " address, which ResolveAI does not fetch (only public web pages are read)."
+    )
 
 
 @pytest.mark.parametrize(
@@ -352,16 +363,19 @@ async def test_a_link_to_an_internal_address_is_refused_with_a_reason_the_user_s
     model.push({"text": "I could not open that link: it points to a private address."})
     events = await send(link_client, f"What does {url} say?")
     refusal = (
-        f"I did not read {url}: it (or a page it redirects to) points to a private or local"
-        " network address, which ResolveAI does not fetch (only public web pages are read)."
+        f"I did not read {url}: it leads to a private or local network address, which"
+        " ResolveAI does not fetch (only public web pages are read)."
     )
     assert refusal in steps(events)
     assert internal.requests == []
     done = events[-1]
     assert done["type"] == "done" and refusal in done["notes"]
-    # The model read the refusal as the tool's error and answered from it.
+    # The model read the refusal, and what to do about it, and answered from it.
     tool_message = model.calls[0]["messages"][-1]
-    assert tool_message["role"] == "tool" and "private or local network" in tool_message["content"]
+    assert tool_message["role"] == "tool"
+    told = json.loads(tool_message["content"])
+    assert "private or local network" in told["error"]
+    assert told["next"].startswith("Tell the user in one sentence that the link could not be read")
 
 
 async def test_links_are_not_read_when_the_server_does_not_read_them(
