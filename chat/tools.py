@@ -347,8 +347,8 @@ async def fetch_url(urls: list[str], config: RunnableConfig) -> tuple[str, Any]:
         return _dumps(
             {
                 "error": untrusted(" ".join(str(outcome) for outcome in outcomes)),
-                "next": "Tell the user in one sentence that the link could not be read, and"
-                " why; then answer from what you know, if you can, saying it is not from the page.",
+                "next": "Say in one sentence that the link could not be read, and why. If the"
+                " question can be answered without the page, answer it too.",
             }
         ), None
     writer = get_stream_writer()

@@ -375,7 +375,7 @@ async def test_a_link_to_an_internal_address_is_refused_with_a_reason_the_user_s
     assert tool_message["role"] == "tool"
     told = json.loads(tool_message["content"])
     assert "private or local network" in told["error"]
-    assert told["next"].startswith("Tell the user in one sentence that the link could not be read")
+    assert told["next"].startswith("Say in one sentence that the link could not be read")
 
 
 async def test_links_are_not_read_when_the_server_does_not_read_them(
