@@ -41,7 +41,14 @@ from core.memory_search import RetrievedMemory, retrieve_memories
 from core.prompt_blocks import untrusted
 from core.tracing import trace_metadata
 from rag.document_search import search_documents as find_passages
-from rag.link_reader import MAX_LINKS, LinkError, LinkPolicy, ReadPages, read_link
+from rag.link_reader import (
+    MAX_LINKS,
+    LinkError,
+    LinkPolicy,
+    ReadPages,
+    read_link,
+    without_links,
+)
 from rag.web_rag import (
     MAX_SEARCHES,
     WebSearchRound,
@@ -356,8 +363,8 @@ async def fetch_url(urls: list[str], config: RunnableConfig) -> tuple[str, Any]:
         provider=ReadPages(pages),
         embedder=turn.services.embedder,
         router=turn.services.router,
-        question=turn.user_text,
-        query=turn.user_text,
+        question=without_links(turn.user_text),
+        query=without_links(turn.user_text),
         context="",
         number=1,
         step=lambda text: step_event(turn, text, tool="fetch_url"),
