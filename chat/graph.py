@@ -1,6 +1,7 @@
 """The chat flow for one user message, wired as a LangGraph graph:
 
 build_prompt → call_model → (tools ⇄ call_model) → (use_tool_answer) → save_turn
+build_prompt → research → save_turn  (research mode: rag/research.py)
 
 The chat's summary is folded after the run, outside the graph (chat/summary.py, started by
 chat/runner.py once the chat is released).
@@ -13,7 +14,9 @@ from langgraph.graph import END, START, StateGraph
 from chat.nodes import (
     build_prompt,
     call_model,
+    research,
     route_after_model,
+    route_after_prompt,
     route_after_tools,
     run_tools,
     save_turn,
@@ -34,10 +37,12 @@ builder.add_node("build_prompt", node("build_prompt", build_prompt))
 builder.add_node("call_model", node("call_model", call_model))
 builder.add_node("tools", node("tools", run_tools))
 builder.add_node("use_tool_answer", node("use_tool_answer", use_tool_answer))
+builder.add_node("research", node("research", research))
 builder.add_node("save_turn", node("save_turn", save_turn))
 
 builder.add_edge(START, "build_prompt")
-builder.add_edge("build_prompt", "call_model")
+builder.add_conditional_edges("build_prompt", route_after_prompt, ["call_model", "research"])
+builder.add_edge("research", "save_turn")
 builder.add_conditional_edges("call_model", route_after_model, ["tools", "call_model", "save_turn"])
 builder.add_conditional_edges("tools", route_after_tools, ["call_model", "use_tool_answer"])
 builder.add_edge("use_tool_answer", "save_turn")

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -34,6 +34,11 @@ from core.prompts import chat_instructions, user_turn
 from core.tracing import span, trace_metadata
 from rag.citations import CitationNormalizer
 from rag.link_reader import links_in
+from rag.research import Research, ResearchBudget
+
+if TYPE_CHECKING:
+    from core.config import Settings
+    from core.llm_router import ModelPlan
 
 log = logging.getLogger("resolveai.chat")
 
@@ -514,6 +519,63 @@ async def use_tool_answer(state: ChatState, config: RunnableConfig) -> dict[str,
     # wrote before calling it streamed first and stays first.
     reply = state.get("reply", "") + answer.get("answer", "")
     return {"reply": reply, "sources": answer.get("sources", [])}
+
+
+# --- research ------------------------------------------------------------------------------------
+
+RESEARCH_CONTEXT_MESSAGES = 4  # of the conversation before the question, for the plan
+RESEARCH_CONTEXT_CHARS = 300  # of each
+
+
+def route_after_prompt(state: ChatState) -> str:
+    return "research" if state.get("mode") == "research" else "call_model"
+
+
+def research_budget(settings: Settings, plan: ModelPlan) -> ResearchBudget:
+    """RESEARCH_* settings; smaller for the local model, for which every call takes a minute."""
+    if plan.runs_locally("chat"):
+        return ResearchBudget(
+            rounds=1,
+            sub_questions=min(3, settings.research_sub_questions),
+            seconds=settings.research_seconds,
+            chunks_per_question=2,
+        )
+    return ResearchBudget(
+        rounds=settings.research_rounds,
+        sub_questions=settings.research_sub_questions,
+        seconds=settings.research_seconds,
+        chunks_per_question=4,
+    )
+
+
+async def research(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
+    """Research mode: the question answered as a cited report from several searches."""
+    turn = turn_of(config)
+    provider = turn.services.search_provider
+    assert provider is not None  # the API refuses research mode without web search
+    writer = get_stream_writer()
+    earlier = [
+        f"{m['role']}: {str(m.get('content') or '')[:RESEARCH_CONTEXT_CHARS]}"
+        for m in state["messages"][:-1]
+        if m.get("role") in ("user", "assistant") and m.get("content")
+    ][-RESEARCH_CONTEXT_MESSAGES:]
+    result = await Research(
+        provider=provider,
+        embedder=turn.services.embedder,
+        router=turn.services.router,
+        question=state["user_text"],
+        context="\n".join(earlier),
+        budget=research_budget(turn.services.settings, turn.services.model_plan),
+        step=lambda text: step_event(turn, text),
+        token=lambda text: writer({"type": "token", "text": text}),
+        publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
+        metadata=lambda name: trace_metadata(
+            turn.trace_id, str(turn.chat_id), name, user_id=str(turn.user_id)
+        ),
+        embedding_cache=turn.embedding_cache,
+        answered=lambda response: note_answer(turn, response),
+    ).run()
+    return {"reply": result.answer or "", "sources": result.sources}
 
 
 # --- save_turn -----------------------------------------------------------------------------------

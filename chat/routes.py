@@ -23,7 +23,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
@@ -61,6 +61,8 @@ class MessageIn(BaseModel):
     )
     # Strict: "yes" or 1 is a mistake to report, not a way to say true.
     use_web: StrictBool = False
+    # research: the question answered as a cited report from several searches (needs web search).
+    mode: Literal["chat", "research"] = "chat"
 
     @field_validator("content")
     @classmethod
@@ -93,6 +95,7 @@ class RegenerateIn(BaseModel):
 
     # Unset: as the message was first sent.
     use_web: StrictBool | None = None
+    mode: Literal["chat", "research"] | None = None
 
 
 def _optional(schema: dict[str, Any], **extra: Any) -> None:
@@ -165,9 +168,10 @@ async def _stream(
     regenerate: uuid.UUID | None = None,
     edit: uuid.UUID | None = None,
     resume: uuid.UUID | None = None,
+    mode: str = "chat",
 ) -> Response:
     services = services_of(request)
-    if use_web and services.search_provider is None:
+    if (use_web or mode == "research") and services.search_provider is None:
         status = services.features["web_search"]
         # A sentence to act on ("Web search is off: add a Tavily key in .env (see README).").
         raise HTTPException(400, web_search_status(status) or f"Web search is off: {status}.")
@@ -185,6 +189,7 @@ async def _stream(
             regenerate=regenerate,
             edit=edit,
             resume=resume,
+            mode=mode,
         )
     except (ChatNotFound, MessageNotFound) as error:
         raise HTTPException(404, str(error)) from None
@@ -253,12 +258,14 @@ async def client_config(request: Request) -> dict[str, Any]:
 @router.post("/messages", **event_stream_route(404, 409, 429))
 async def send_message(request: Request, body: NewMessageIn) -> Response:
     """Send a message; with no `chat_id` it starts a new chat (announced by a `chat` event)."""
-    return await _stream(request, body.chat_id, body.content, body.use_web, body.temporary)
+    return await _stream(
+        request, body.chat_id, body.content, body.use_web, body.temporary, mode=body.mode
+    )
 
 
 @router.post("/chats/{chat_id}/messages", **event_stream_route(404, 409, 429))
 async def send_message_to_chat(request: Request, chat_id: uuid.UUID, body: MessageIn) -> Response:
-    return await _stream(request, chat_id, body.content, body.use_web)
+    return await _stream(request, chat_id, body.content, body.use_web, mode=body.mode)
 
 
 @router.post(
@@ -270,11 +277,12 @@ async def regenerate_reply(
 ) -> Response:
     """Answer a question again (`message_id`: the question, or a reply to it): the new reply is
     another version, shown; the others stay (a failed reply with no text is replaced). The
-    question is not sent twice; `use_web` as first sent unless given. `retry` is the same."""
-    use_web = body.use_web if body else None
-    if use_web is None:
-        use_web = await turn_store.used_web(services_of(request).database.pool, message_id)
-    return await _stream(request, chat_id, "", use_web, regenerate=message_id)
+    question is not sent twice; `use_web` and `mode` as first sent unless given. `retry` is the
+    same."""
+    first = await turn_store.asked_for(services_of(request).database.pool, message_id)
+    use_web = first[0] if body is None or body.use_web is None else body.use_web
+    mode = first[1] if body is None or body.mode is None else body.mode
+    return await _stream(request, chat_id, "", use_web, regenerate=message_id, mode=mode)
 
 
 @router.patch("/chats/{chat_id}/messages/{message_id}", **event_stream_route(404, 409, 429))
@@ -283,7 +291,9 @@ async def edit_message(
 ) -> Response:
     """Edit one of your messages: the new text is another version of it, answered on a branch of
     its own (streamed like a new message); the old branch stays, one version away."""
-    return await _stream(request, chat_id, body.content, body.use_web, edit=message_id)
+    return await _stream(
+        request, chat_id, body.content, body.use_web, edit=message_id, mode=body.mode
+    )
 
 
 @router.post("/chats/{chat_id}/messages/{message_id}/continue", **event_stream_route(404, 409, 429))

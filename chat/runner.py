@@ -59,6 +59,7 @@ class Turn:
     content: str
     use_web: bool
     new_chat: dict[str, Any] | None = None
+    mode: str = "chat"  # or "research": a cited report from several searches
     released: bool = False  # the chat's claim given back (a database fault can prevent it)
     # The `done` event, once the reply is saved complete: emitted by the graph, or made here when
     # an ending (a Stop, a failure) came after the save's commit but before the graph emitted it.
@@ -86,6 +87,7 @@ async def start_turn(
     regenerate: uuid.UUID | None = None,
     edit: uuid.UUID | None = None,
     resume: uuid.UUID | None = None,
+    mode: str = "chat",
 ) -> Turn:
     """Create/claim the chat (one of `user_id`'s) and save the user's message; raises ChatNotFound
     (also for another user's chat), ChatBusy or MessageNotFound. `temporary` makes a new chat one
@@ -95,7 +97,8 @@ async def start_turn(
     reply is another version, the others stay; `content` is then unused. `edit`: `content` is a
     new version of this question, answered on a branch of its own (the old branch stays).
     `resume`: continue this reply (stopped or failed, the chat's last): the turn's reply starts
-    with its text and is saved in its place."""
+    with its text and is saved in its place. `mode`: "chat", or "research" (a cited report from
+    several searches, rag/research.py)."""
     pool = services.database.pool
     run_id = uuid.uuid4()
     new_chat = None
@@ -164,7 +167,7 @@ async def start_turn(
     # Web search switched off in Settings: a ticked "Use web tool" (or a message first sent with it,
     # answered again) does not ask the model for a tool it is not offered.
     use_web = use_web and "web_search" not in context.tools_off
-    return Turn(context, run_id, content, use_web, new_chat)
+    return Turn(context, run_id, content, use_web, new_chat, mode=mode)
 
 
 async def _question(
@@ -218,7 +221,7 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             if context.continues["sources"]:
                 yield {"type": "sources", "sources": context.continues["sources"]}
         config = {"configurable": {"turn": context}, "recursion_limit": 40}
-        state = {"user_text": turn.content, "use_web": turn.use_web}
+        state = {"user_text": turn.content, "use_web": turn.use_web, "mode": turn.mode}
         with tracing.message_trace(
             context.user_message_id, "chat message", chat_id=context.chat_id,
             user_id=context.user_id, input=turn.content,

@@ -112,6 +112,7 @@ class ChatState(TypedDict, total=False):
 
     user_text: str  # exactly what the user typed (what is saved and shown)
     use_web: bool  # the user ticked "Use web tool"
+    mode: str  # "chat", or "research": a cited report from several searches (rag/research.py)
     messages: Annotated[list[dict[str, Any]], operator.add]  # what the model sees, in order
     model_calls: int
     answer_now: bool  # the next model call gets no tools (the model was looping)

@@ -218,7 +218,12 @@ class TurnJobs:
         pool = context.services.database.pool
         try:
             await turn_store.create_turn(
-                pool, turn.run_id, context.chat_id, context.user_message_id, turn.use_web
+                pool,
+                turn.run_id,
+                context.chat_id,
+                context.user_message_id,
+                turn.use_web,
+                turn.mode,
             )
         except BaseException:
             with contextlib.suppress(Exception):  # else the chat waits for its lease to run out

@@ -257,6 +257,82 @@ def web_answer_request(
     ]
 
 
+# --- research mode (rag/research.py) --------------------------------------------------------------
+
+RESEARCH_PLAN_INSTRUCTIONS = """\
+You plan web research for a question. Split it into the separate facts to look up: at most \
+{limit} short sub-questions, one per part of the question, each complete on its own (it names its \
+subject: no "it", "he" or "they"). A simple question is one sub-question. The context is the \
+conversation so far, for what the question refers to.
+Reply with JSON only, no other text: {{"sub_questions": ["<sub-question>", ...]}}"""
+
+RESEARCH_CHECK_INSTRUCTIONS = f"""\
+You check which of the numbered sub-questions the numbered web sources answer. Be strict: a \
+sub-question is answered only if a source directly states its answer (the exact fact, number, \
+date or name asked for); implied, partial or about something else is not answered.
+{UNTRUSTED_SOURCES_RULE}
+Reply with JSON only, no other text: {{{{"answered": [<numbers of the sub-questions answered>]}}}}\
+"""
+
+RESEARCH_REPORT_INSTRUCTIONS = f"""\
+You write a short research report that answers the user's question from the numbered web sources \
+below, and from nothing else.
+Current date: {{today:%A, %d %B %Y}}.
+Write, in Markdown and in the language of the question:
+1. A title line starting with "# ".
+2. A line starting with "**Short answer:**": the answer in one or two sentences.
+3. One "## " section for each answered sub-question, saying what the sources state about it.
+Rules:
+- Put the source number in square brackets right after every claim, like this [1] or this [2][3].
+- Cite numbers only, never URLs or titles. Use only numbers of the sources below.
+- Give exact numbers, dates and names as the sources state them.
+- Leave out the sub-questions that were not found, and write no list of sources: both are added \
+after your report.
+{UNTRUSTED_SOURCES_RULE}"""
+
+
+def research_plan_request(question: str, context: str, limit: int) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": RESEARCH_PLAN_INSTRUCTIONS.format(limit=limit)},
+        {
+            "role": "user",
+            "content": f"{block('context', context or '(none)')}\n\n{block('question', question)}",
+        },
+    ]
+
+
+def numbered(items: list[str]) -> str:
+    return "\n".join(f"{n}. {item}" for n, item in enumerate(items, 1))
+
+
+def research_check_request(sub_questions: list[str], sources: str) -> list[dict[str, str]]:
+    """`sources`: built by `source_blocks`."""
+    return [
+        {"role": "system", "content": RESEARCH_CHECK_INSTRUCTIONS.format()},
+        {
+            "role": "user",
+            "content": f"{block('sub_questions', numbered(sub_questions))}\n\n"
+            f"{block('sources', sources, trusted=True)}",
+        },
+    ]
+
+
+def research_report_request(
+    question: str, answered: list[str], not_found: list[str], sources: str, today: datetime
+) -> list[dict[str, str]]:
+    """`sources`: built by `source_blocks`."""
+    return [
+        {"role": "system", "content": RESEARCH_REPORT_INSTRUCTIONS.format(today=today)},
+        {
+            "role": "user",
+            "content": f"{block('sources', sources, trusted=True)}\n\n"
+            f"{block('answered', numbered(answered) or '(none)')}\n\n"
+            f"{block('not_found', numbered(not_found) or '(none)')}\n\n"
+            f"{block('question', question)}",
+        },
+    ]
+
+
 # --- chat titles ----------------------------------------------------------------------------------
 
 TITLE_INSTRUCTIONS = """\

@@ -25,25 +25,27 @@ async def create_turn(
     chat_id: uuid.UUID,
     user_message_id: uuid.UUID,
     use_web: bool = False,
+    mode: str = "chat",
 ) -> None:
     await execute(
         db,
-        "INSERT INTO turns (run_id, chat_id, user_message_id, use_web) VALUES (%s, %s, %s, %s)",
-        (run_id, chat_id, user_message_id, use_web),
+        "INSERT INTO turns (run_id, chat_id, user_message_id, use_web, mode)"
+        " VALUES (%s, %s, %s, %s, %s)",
+        (run_id, chat_id, user_message_id, use_web, mode),
     )
 
 
-async def used_web(db: Db, user_message_id: uuid.UUID) -> bool:
-    """Whether the latest answer to this message (a question, or the question of this reply) was
-    asked to use the web."""
+async def asked_for(db: Db, user_message_id: uuid.UUID) -> tuple[bool, str]:
+    """How the latest answer to this message (a question, or the question of this reply) was
+    asked for: whether to use the web, and its mode ("chat" or "research")."""
     row = await fetch_one(
         db,
-        "SELECT use_web FROM turns WHERE user_message_id = COALESCE("
+        "SELECT use_web, mode FROM turns WHERE user_message_id = COALESCE("
         " (SELECT reply_to FROM messages WHERE message_id = %(m)s), %(m)s)"
         " ORDER BY started_at DESC LIMIT 1",
         {"m": user_message_id},
     )
-    return bool(row and row["use_web"])
+    return (bool(row["use_web"]), row["mode"]) if row else (False, "chat")
 
 
 # `(seq, event)` pairs of one turn; a pair stored already (a retried write) is left as it was.

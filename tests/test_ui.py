@@ -839,6 +839,45 @@ async def test_citations_link_to_their_sources_with_a_popover(
     assert state == {"handlers": [], "badLinks": [], "dangerous": 0}
 
 
+async def test_research_mode_shows_its_plan_and_a_report_with_working_citations(
+    browser: Browser, web_ui_url: str, model: ScriptedProvider
+) -> None:
+    ui, context = await new_ui(browser, web_ui_url)
+    try:
+        await ui.open()
+        page = ui.page
+        research = page.get_by_role("checkbox", name="Research")
+        await expect(research).to_be_enabled()
+        await research.check()
+        model.push(
+            {"text": json.dumps({"sub_questions": ["Where does tram 28 run?", "Who drives it?"]})},
+            {"text": json.dumps({"answered": [1]})},
+            {"text": json.dumps({"answered": []})},
+            {"text": json.dumps({"answered": []})},
+            {
+                "text": "# Tram 28\n\n**Short answer:** Martim Moniz to Campo de Ourique [1].",
+                "delay": 0.3,
+            },
+        )
+        await ui.send("Where does tram 28 run, and who drives it?")
+        reply = ui.assistant()
+        await expect(reply).to_have_attribute("data-status", "complete", timeout=30_000)
+        assert [c["model"] for c in model.calls][:2] == ["utility", "utility"]
+        markdown = reply.locator(".markdown")
+        await expect(markdown.locator("h1")).to_have_text("Tram 28")
+        await expect(markdown.locator("h2")).to_have_text(["Not found", "Sources"])
+        await expect(markdown.locator("li")).to_have_text(["Who drives it?"])
+        saved = (await saved_messages(ui.url, chat_id_of(page)))[1]
+        first = next(s for s in saved["sources"] if s["n"] == 1)
+        await expect(markdown.locator("a.cite").first).to_have_attribute("href", first["url"])
+        await reply.locator(".steps-toggle").click()
+        await expect(reply.locator(".step-text")).to_contain_text(
+            ["Research plan: 2 sub-questions", "1. Where does tram 28 run?", "2. Who drives it?"]
+        )
+    finally:
+        await context.close()
+
+
 async def test_a_web_answer_streams_with_working_citations(
     browser: Browser, web_ui_url: str, model: ScriptedProvider, showcase_chat: uuid.UUID
 ) -> None:

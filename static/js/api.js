@@ -219,9 +219,10 @@ export async function importData(file) {
  * to its end whether or not this stream is read (Stop is `api.stop`); aborting `signal` only stops
  * reading.
  */
-export async function postMessage(chatId, content, useWeb, signal, { temporary = false } = {}) {
+export async function postMessage(chatId, content, useWeb, signal, { temporary = false, mode = "chat" } = {}) {
   const path = chatId ? `${chatPath(chatId)}/messages` : "/api/messages";
   const body = { content, use_web: useWeb };
+  if (mode !== "chat") body.mode = mode;
   if (!chatId && temporary) body.temporary = true; // only a new chat can be temporary
   return openEvents(path, {
     method: "POST",

@@ -54,10 +54,11 @@ function sleep(ms, signal) {
 }
 
 class Turn {
-  constructor(chatId, content, useWeb, view, temporary = false) {
+  constructor(chatId, content, useWeb, view, temporary = false, mode = "chat") {
     this.chatId = chatId;
     this.content = content;
     this.useWeb = useWeb;
+    this.mode = mode; // "chat", or "research": a cited report from several searches
     this.temporary = temporary; // a new chat that neither reads nor writes memory
     this.view = view;
     this.controller = new AbortController();
@@ -312,13 +313,13 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     node?.remove();
   }
 
-  async function send(content, useWeb) {
+  async function send(content, useWeb, mode = "chat") {
     const previous = turns.get(shown.key);
     if (previous && previous.phase === "streaming") return;
     if (!shown.chatId) messagesBox.querySelector(".empty-state")?.remove();
     for (const old of messagesBox.querySelectorAll(".retry-button")) old.remove();
     const view = new AssistantMessage({ onChange: () => scroll.follow() });
-    const turn = new Turn(shown.chatId, content, useWeb, view, !shown.chatId && temporaryDraft);
+    const turn = new Turn(shown.chatId, content, useWeb, view, !shown.chatId && temporaryDraft, mode);
     turn.viewId = shown.viewId;
     turn.userView = userMessage(content);
     messagesBox.append(turn.userView, view.root);
@@ -469,7 +470,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   async function openStream(turn) {
     for (let attempt = 1; ; attempt += 1) {
       try {
-        return await postMessage(turn.chatId, turn.content, turn.useWeb, turn.controller.signal, { temporary: turn.temporary });
+        return await postMessage(turn.chatId, turn.content, turn.useWeb, turn.controller.signal, { temporary: turn.temporary, mode: turn.mode });
       } catch (error) {
         const justStopped = performance.now() - (stoppedAt.get(turn.key) ?? -Infinity) < BUSY_RETRY_WINDOW_MS;
         if (error.status !== 409 || !justStopped || attempt >= BUSY_RETRIES) throw error;
@@ -576,7 +577,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     return () => {
       if (!turn.chatId || shown.chatId !== turn.chatId) return;
       if (turn.userMessageId) retry(turn.userMessageId, turn.attached ? null : turn.useWeb, turn.view.root);
-      else if (turn.content) send(turn.content, turn.useWeb); // it failed before the question was saved
+      else if (turn.content) send(turn.content, turn.useWeb, turn.mode); // it failed before the question was saved
     };
   }
 

@@ -1,5 +1,5 @@
 // The message box: Enter sends, Shift+Enter adds a line, it grows with its text, the "Use web
-// tool" box sits next to Send, and Send turns into Stop while a reply streams.
+// tool" and "Research" boxes sit next to Send, and Send turns into Stop while a reply streams.
 
 const NEAR_LIMIT = 0.9; // show the character count from 90 % of the limit on
 
@@ -11,6 +11,8 @@ export function createComposer({ onSend, onStop }) {
   const web = document.getElementById("use-web");
   const webToggle = document.getElementById("web-toggle");
   const webReason = document.getElementById("web-reason");
+  const research = document.getElementById("research-mode");
+  const researchToggle = document.getElementById("research-toggle");
   const count = document.getElementById("char-count");
   let maxChars = 32000;
   let busy = false;
@@ -43,7 +45,7 @@ export function createComposer({ onSend, onStop }) {
     input.value = "";
     grow();
     refresh();
-    onSend(text, web.checked && !web.disabled);
+    onSend(text, web.checked && !web.disabled, research.checked && !research.disabled ? "research" : "chat");
   }
 
   form.addEventListener("submit", (event) => {
@@ -69,8 +71,12 @@ export function createComposer({ onSend, onStop }) {
       const search = config.web_search || {};
       web.disabled = !search.available;
       webToggle.classList.toggle("disabled", !search.available);
+      // Research searches the web: it needs what "Use web tool" needs.
+      research.disabled = !search.available;
+      researchToggle.classList.toggle("disabled", !search.available);
       if (!search.available) {
         web.checked = false;
+        research.checked = false;
         const reason = search.message || describeUnavailable(search.reason);
         webReason.textContent = reason;
         webToggle.title = reason;

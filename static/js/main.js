@@ -64,9 +64,9 @@ const attachments = createAttachments({
   onChange: () => documentsPage.reload(),
 });
 const composer = createComposer({
-  onSend: (text, useWeb) => {
+  onSend: (text, useWeb, mode) => {
     attachments.sent();
-    chat.send(text, useWeb);
+    chat.send(text, useWeb, mode);
   },
   onStop: () => chat.stop(),
 });

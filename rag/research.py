@@ -1,0 +1,295 @@
+"""Research mode: a cited report from several searches, for questions with several parts.
+
+plan (the `utility` model splits the question into sub-questions) → a round: every open
+sub-question searched at once → the new pages chunked → the chunks ranked for each sub-question →
+one check (`utility`) of which sub-questions the best chunks answer → another round for those
+still open, within the budget (rounds, time) → the report (the `chat` model), streamed with [n]
+citations. Code, not the model, then adds "## Not found" (the sub-questions no source answered)
+and "## Sources" (the cited sources only), so both are there whatever a small model writes.
+
+Same providers, chunker, ranker and source blocks as a web search (rag/web_rag.py). A failed plan
+or check falls back (the question as its one sub-question; every sub-question counted answered),
+logged, so the user still gets a report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from core.prompts import (
+    research_check_request,
+    research_plan_request,
+    research_report_request,
+)
+from core.tracing import span
+from rag.citations import CitationNormalizer
+from rag.md_chunker import budget_for, chunk_pages
+from rag.ranker import RankedChunk, rank_chunks
+from rag.search_providers import SearchError, SearchProvider, SearchResult
+from rag.web_rag import RESULTS_PER_SEARCH, RoundResult, numbered_sources
+
+log = logging.getLogger("resolveai.research")
+
+MAX_SUB_QUESTION_CHARS = 300
+_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+_CITATION = re.compile(r"\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class ResearchBudget:
+    """How far one research turn may go."""
+
+    rounds: int  # of searching (each: every open sub-question searched once)
+    sub_questions: int  # at most, in the plan
+    seconds: float  # no new round starts after this long
+    chunks_per_question: int  # of the best chunks, read by the check and the report
+
+
+@dataclass
+class Research:
+    """What one research turn needs from the turn running it."""
+
+    provider: SearchProvider
+    embedder: Any
+    router: Any
+    question: str
+    context: str  # the conversation before the question, for what it refers to
+    budget: ResearchBudget
+    step: Callable[[str], Any]
+    token: Callable[[str], Any]
+    publish_sources: Callable[[list[dict[str, Any]]], Any]
+    metadata: Callable[[str], dict[str, Any]]
+    embedding_cache: dict[str, Any] = field(default_factory=dict)
+    answered: Callable[[Any], Any] = lambda response: None
+    searches: int = 0  # made so far (for the log and the evals)
+
+    async def run(self) -> RoundResult:
+        started = time.monotonic()
+        with span("research plan"):
+            questions = await self._plan()
+        self.step(f"Research plan: {len(questions)} sub-question{'s' * (len(questions) > 1)}")
+        for n, question in enumerate(questions, 1):
+            self.step(f"{n}. {question}")
+        pages: dict[str, SearchResult] = {}
+        chunks: list[Any] = []
+        best: dict[int, list[RankedChunk]] = {}
+        open_ = list(range(len(questions)))
+        for round_ in range(1, self.budget.rounds + 1):
+            if round_ > 1 and time.monotonic() - started > self.budget.seconds:
+                self.step("Out of research time: writing the report from what was found")
+                break
+            with span(f"research round {round_}", open=len(open_)):
+                await self._search(questions, open_, round_, pages, chunks, best)
+                answered = await self._check(questions, open_, best)
+            open_ = [i for i in open_ if i not in answered]
+            done = len(questions) - len(open_)
+            self.step(f"{done} of {len(questions)} sub-questions answered")
+            if not open_:
+                break
+        found = [questions[i] for i in range(len(questions)) if i not in open_]
+        missing = [questions[i] for i in open_]
+        sources, blocks = numbered_sources(_merged(best, len(questions)))
+        log.info(
+            "Research: %d sub-questions, %d answered, %d searches, %d pages, %d sources (%.1f s)",
+            len(questions), len(found), self.searches, len(pages), len(sources),
+            time.monotonic() - started,
+        )  # fmt: skip
+        public = [s.public() for s in sources]
+        self.step(f"Writing the report from {len(sources)} sources")
+        self.publish_sources(public)  # before the report's first token: [n] links as it streams
+        with span("research report"):
+            report = await self._write(found, missing, blocks, len(sources))
+        appendix = _appendix(report, missing, public)
+        self.token(appendix)
+        return RoundResult(report + appendix, public)
+
+    async def _plan(self) -> list[str]:
+        limit = self.budget.sub_questions
+        try:
+            response = await self.router.acompletion(
+                model="utility",
+                messages=research_plan_request(self.question, self.context, limit),
+                temperature=0,
+                max_tokens=400,
+                metadata=self.metadata("research plan"),
+            )
+            questions = parse_plan(response.choices[0].message.content or "", limit)
+        except Exception as error:
+            log.warning("Research: planning failed (%s: %s)", type(error).__name__, error)
+            questions = []
+        if not questions:
+            log.info("Research: no usable plan; researching the question as it is")
+            questions = [self.question[:MAX_SUB_QUESTION_CHARS]]
+        return questions
+
+    async def _search(
+        self,
+        questions: list[str],
+        open_: list[int],
+        round_: int,
+        pages: dict[str, SearchResult],
+        chunks: list[Any],
+        best: dict[int, list[RankedChunk]],
+    ) -> None:
+        # A later round searches again with the whole question's words added: the sub-question
+        # alone found nothing that answers it.
+        queries = [
+            questions[i] if round_ == 1 else f"{questions[i]} {self.question}"[:400] for i in open_
+        ]
+        self.step(
+            f"Searching the web for {len(queries)} sub-question{'s' * (len(queries) > 1)}"
+            + (f" (round {round_})" if round_ > 1 else "")
+        )
+        found = await asyncio.gather(*(self._one_search(q) for q in queries))
+        new = [r for results in found for r in results if r.url not in pages]
+        for result in new:
+            pages.setdefault(result.url, result)
+        new = [r for r in new if pages[r.url] is r]  # one copy of a page two searches found
+        if new:
+            chunks.extend(
+                await asyncio.to_thread(
+                    chunk_pages, new, self.embedder.count_tokens, budget_for(self.embedder)
+                )
+            )
+            self.step(f"Reading {len(pages)} pages ({len(chunks)} chunks)")
+        for i in open_:
+            best[i] = await rank_chunks(
+                questions[i], chunks, self.embedder,
+                top_k=self.budget.chunks_per_question, cache=self.embedding_cache,
+            )  # fmt: skip
+
+    async def _one_search(self, query: str) -> list[SearchResult]:
+        self.searches += 1
+        try:
+            return await self.provider.search(query, RESULTS_PER_SEARCH)
+        except SearchError as error:  # one failed search costs its sub-question, not the report
+            log.warning("Research: search for %r failed: %s", query[:80], error)
+            return []
+
+    async def _check(
+        self, questions: list[str], open_: list[int], best: dict[int, list[RankedChunk]]
+    ) -> set[int]:
+        """Which of the open sub-questions the best chunks answer (indices into `questions`)."""
+        asked = [questions[i] for i in open_]
+        ranked = {k: best.get(i, []) for k, i in enumerate(open_)}
+        _, blocks = numbered_sources(_merged(ranked, len(open_)))
+        if not blocks:
+            return set()
+        try:
+            response = await self.router.acompletion(
+                model="utility",
+                messages=research_check_request(asked, blocks),
+                temperature=0,
+                max_tokens=100,
+                metadata=self.metadata("research check"),
+            )
+            numbers = parse_answered(response.choices[0].message.content or "", len(asked))
+        except Exception as error:
+            log.warning("Research: check failed (%s: %s)", type(error).__name__, error)
+            numbers = None
+        if numbers is None:  # no usable verdict: the report says what the sources hold
+            log.warning("Research: the check gave no usable answer; counting all as answered")
+            return set(open_)
+        return {open_[n - 1] for n in numbers}
+
+    async def _write(self, found: list[str], missing: list[str], blocks: str, count: int) -> str:
+        stream = await self.router.acompletion(
+            model="chat",
+            messages=research_report_request(
+                self.question, found, missing, blocks, datetime.now(UTC)
+            ),
+            stream=True,
+            metadata=self.metadata("research report"),
+        )
+        self.answered(stream)
+        citations = CitationNormalizer(count)
+        shown: list[str] = []
+        async for chunk in stream:
+            piece = chunk.choices[0].delta.content if chunk.choices else None
+            if piece and (text := citations.feed(piece)):
+                shown.append(text)
+                self.token(text)
+        if rest := citations.finish():
+            shown.append(rest)
+            self.token(rest)
+        return "".join(shown).rstrip()
+
+
+def parse_plan(text: str, limit: int) -> list[str]:
+    """The sub-questions of the planner's JSON reply (distinct, non-empty, at most `limit`)."""
+    match = _JSON_OBJECT.search(text)
+    if not match:
+        return []
+    try:
+        data = json.loads(match.group(0))
+    except ValueError:
+        return []
+    items = data.get("sub_questions") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return []
+    questions: list[str] = []
+    for item in items:
+        text = " ".join(item.split())[:MAX_SUB_QUESTION_CHARS] if isinstance(item, str) else ""
+        if text and text.lower() not in (q.lower() for q in questions):
+            questions.append(text)
+    return questions[:limit]
+
+
+def parse_answered(text: str, count: int) -> set[int] | None:
+    """The numbers (1..count) of the answered sub-questions in the check's JSON reply, or None
+    when it is not the JSON asked for."""
+    match = _JSON_OBJECT.search(text)
+    if not match:
+        return None
+    try:
+        data = json.loads(match.group(0))
+    except ValueError:
+        return None
+    numbers = data.get("answered") if isinstance(data, dict) else None
+    if not isinstance(numbers, list):
+        return None
+    # bool is an int to Python, and `true` is not a number here
+    return {n for n in numbers if type(n) is int and 1 <= n <= count}
+
+
+def _merged(best: dict[int, list[RankedChunk]], count: int) -> list[Any]:
+    """The best chunks of every sub-question, interleaved by rank (each sub-question's best first),
+    each chunk once: a source's number follows its best chunk's place."""
+    lists = [best.get(i, []) for i in range(count)]
+    seen: set[tuple[str, str]] = set()
+    merged = []
+    for rank in range(max((len(ranked) for ranked in lists), default=0)):
+        for ranked in lists:
+            if rank < len(ranked):
+                chunk = ranked[rank].chunk
+                if (chunk.url, chunk.text) not in seen:
+                    seen.add((chunk.url, chunk.text))
+                    merged.append(chunk)
+    return merged
+
+
+def _appendix(report: str, missing: list[str], sources: list[dict[str, Any]]) -> str:
+    """ "## Not found" and "## Sources" (cited ones only, by number), written by code."""
+    parts = []
+    if missing:
+        listing = "\n".join(f"- {question}" for question in missing)
+        parts.append(f"## Not found\n\nNo source found answers:\n\n{listing}")
+    cited = {int(n) for n in _CITATION.findall(report)}
+    listed = [s for s in sources if s["n"] in cited]
+    if listed:
+        parts.append("## Sources\n\n" + "\n".join(f"[{s['n']}] {_link(s)}" for s in listed))
+    return "".join(f"\n\n{part}" for part in parts)
+
+
+def _link(source: dict[str, Any]) -> str:
+    title = " ".join(str(source["title"]).split()).replace("[", "(").replace("]", ")")
+    url = str(source["url"]).replace("(", "%28").replace(")", "%29").replace(" ", "%20")
+    return f"[{title}]({url})"
