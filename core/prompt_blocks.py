@@ -60,8 +60,8 @@ BLOCK_NAMES = (
     "instructions", "conversation_summary", "memories", "note", "documents",
     # web search: the evidence check and the web answer
     "sources", "source", "question", "context",
-    # research mode: the plan, the coverage check and the report
-    "sub_questions", "answered", "not_found",
+    # research mode: the coverage check
+    "sub_questions",
     # memory extraction
     "known_facts", "assistant_said_before", "user_message",
     # the rolling summary

@@ -274,22 +274,6 @@ date or name asked for); implied, partial or about something else is not answere
 Reply with JSON only, no other text: {{{{"answered": [<numbers of the sub-questions answered>]}}}}\
 """
 
-RESEARCH_REPORT_INSTRUCTIONS = f"""\
-You write a short research report that answers the user's question from the numbered web sources \
-below, and from nothing else.
-Current date: {{today:%A, %d %B %Y}}.
-Write, in Markdown and in the language of the question:
-1. A title line starting with "# ".
-2. A line starting with "**Short answer:**": the answer in one or two sentences.
-3. One "## " section for each answered sub-question, saying what the sources state about it.
-Rules:
-- Put the source number in square brackets right after every claim, like this [1] or this [2][3].
-- Cite numbers only, never URLs or titles. Use only numbers of the sources below.
-- Give exact numbers, dates and names as the sources state them.
-- Leave out the sub-questions that were not found, and write no list of sources: both are added \
-after your report.
-{UNTRUSTED_SOURCES_RULE}"""
-
 
 def research_plan_request(question: str, context: str, limit: int) -> list[dict[str, str]]:
     return [
@@ -313,22 +297,6 @@ def research_check_request(sub_questions: list[str], sources: str) -> list[dict[
             "role": "user",
             "content": f"{block('sub_questions', numbered(sub_questions))}\n\n"
             f"{block('sources', sources, trusted=True)}",
-        },
-    ]
-
-
-def research_report_request(
-    question: str, answered: list[str], not_found: list[str], sources: str, today: datetime
-) -> list[dict[str, str]]:
-    """`sources`: built by `source_blocks`."""
-    return [
-        {"role": "system", "content": RESEARCH_REPORT_INSTRUCTIONS.format(today=today)},
-        {
-            "role": "user",
-            "content": f"{block('sources', sources, trusted=True)}\n\n"
-            f"{block('answered', numbered(answered) or '(none)')}\n\n"
-            f"{block('not_found', numbered(not_found) or '(none)')}\n\n"
-            f"{block('question', question)}",
         },
     ]
 

@@ -3,9 +3,14 @@
 plan (the `utility` model splits the question into sub-questions) → a round: every open
 sub-question searched at once → the new pages chunked → the chunks ranked for each sub-question →
 one check (`utility`) of which sub-questions the best chunks answer → another round for those
-still open, within the budget (rounds, time) → the report (the `chat` model), streamed with [n]
-citations. Code, not the model, then adds "## Not found" (the sub-questions no source answered)
-and "## Sources" (the cited sources only), so both are there whatever a small model writes.
+still open, within the budget (rounds, time) → the report.
+
+The report is assembled by code around what the `chat` model writes: a title; the short answer
+(each part's first sentence); one part per answered sub-question, each written from that
+sub-question's own best chunks with the web answer's prompt and the report's source numbers (a
+small model answers one focused question well, and a whole report's structure poorly: measured,
+the local model asked for the whole report copied its sources and its own "Sources" list into it);
+"## Not found" (the sub-questions no source answered); "## Sources" (the cited ones only).
 
 Same providers, chunker, ranker and source blocks as a web search (rag/web_rag.py). A failed plan
 or check falls back (the question as its one sub-question; every sub-question counted answered),
@@ -27,20 +32,24 @@ from typing import Any
 from core.prompts import (
     research_check_request,
     research_plan_request,
-    research_report_request,
+    source_blocks,
+    web_answer_request,
 )
 from core.tracing import span
 from rag.citations import CitationNormalizer
 from rag.md_chunker import budget_for, chunk_pages
 from rag.ranker import RankedChunk, rank_chunks
 from rag.search_providers import SearchError, SearchProvider, SearchResult
-from rag.web_rag import RESULTS_PER_SEARCH, RoundResult, numbered_sources
+from rag.web_rag import RESULTS_PER_SEARCH, RoundResult, Source, numbered_sources
 
 log = logging.getLogger("resolveai.research")
 
 MAX_SUB_QUESTION_CHARS = 300
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _CITATION = re.compile(r"\[(\d+)\]")
+# A sentence ends at . ! or ? followed by its citations and a space (or the end of the line).
+_SENTENCE = re.compile(r"(.+?[.!?](?:\s?\[\d+\])*)(?=\s|$)")
+TITLE_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -94,22 +103,31 @@ class Research:
             self.step(f"{done} of {len(questions)} sub-questions answered")
             if not open_:
                 break
-        found = [questions[i] for i in range(len(questions)) if i not in open_]
-        missing = [questions[i] for i in open_]
-        sources, blocks = numbered_sources(_merged(best, len(questions)))
+        found = [i for i in range(len(questions)) if i not in open_ and best.get(i)]
+        missing = [questions[i] for i in range(len(questions)) if i not in found]
+        sources, _ = numbered_sources(_merged(best, len(questions)))
         log.info(
             "Research: %d sub-questions, %d answered, %d searches, %d pages, %d sources (%.1f s)",
             len(questions), len(found), self.searches, len(pages), len(sources),
             time.monotonic() - started,
         )  # fmt: skip
         public = [s.public() for s in sources]
-        self.step(f"Writing the report from {len(sources)} sources")
         self.publish_sources(public)  # before the report's first token: [n] links as it streams
         with span("research report"):
-            report = await self._write(found, missing, blocks, len(sources))
-        appendix = _appendix(report, missing, public)
-        self.token(appendix)
-        return RoundResult(report + appendix, public)
+            sections = await asyncio.gather(
+                *(
+                    self._write_part(k, len(found), questions[i], best[i], sources)
+                    for k, i in enumerate(found, 1)
+                )
+            )
+        report = _report(
+            self.question,
+            list(zip([questions[i] for i in found], sections, strict=True)),
+            missing,
+            public,
+        )
+        self.token(report)
+        return RoundResult(report, public)
 
     async def _plan(self) -> list[str]:
         limit = self.budget.sub_questions
@@ -200,27 +218,33 @@ class Research:
             return set(open_)
         return {open_[n - 1] for n in numbers}
 
-    async def _write(self, found: list[str], missing: list[str], blocks: str, count: int) -> str:
+    async def _write_part(
+        self, k: int, parts: int, question: str, ranked: list[RankedChunk], sources: list[Source]
+    ) -> str:
+        """One section: the sub-question answered from its own best chunks, cited with the
+        report's source numbers. Written whole before anything streams: the report starts with
+        the short answer, drawn from every section."""
+        self.step(f"Writing part {k} of {parts}: {question}")
+        by_url = {source.url: source for source in sources}
+        texts: dict[int, list[str]] = {}
+        for item in ranked:
+            texts.setdefault(by_url[item.chunk.url].n, []).append(item.chunk.text)
+        blocks = source_blocks([(n, sources[n - 1].title, texts[n]) for n in sorted(texts)])
         stream = await self.router.acompletion(
             model="chat",
-            messages=research_report_request(
-                self.question, found, missing, blocks, datetime.now(UTC)
-            ),
+            messages=web_answer_request(question, self.question, blocks, datetime.now(UTC)),
             stream=True,
-            metadata=self.metadata("research report"),
+            metadata=self.metadata(f"research part {k}"),
         )
         self.answered(stream)
-        citations = CitationNormalizer(count)
-        shown: list[str] = []
+        citations = CitationNormalizer(len(sources))
+        written: list[str] = []
         async for chunk in stream:
             piece = chunk.choices[0].delta.content if chunk.choices else None
-            if piece and (text := citations.feed(piece)):
-                shown.append(text)
-                self.token(text)
-        if rest := citations.finish():
-            shown.append(rest)
-            self.token(rest)
-        return "".join(shown).rstrip()
+            if piece:
+                written.append(citations.feed(piece))
+        written.append(citations.finish())
+        return "".join(written).strip()
 
 
 def parse_plan(text: str, limit: int) -> list[str]:
@@ -276,17 +300,38 @@ def _merged(best: dict[int, list[RankedChunk]], count: int) -> list[Any]:
     return merged
 
 
-def _appendix(report: str, missing: list[str], sources: list[dict[str, Any]]) -> str:
-    """ "## Not found" and "## Sources" (cited ones only, by number), written by code."""
-    parts = []
+def _report(
+    question: str,
+    sections: list[tuple[str, str]],
+    missing: list[str],
+    sources: list[dict[str, Any]],
+) -> str:
+    """The report in Markdown: a title, the short answer (each section's first sentence), a
+    section per answered sub-question, "Not found", and the cited sources only."""
+    title = " ".join(question.split())
+    if len(title) > TITLE_CHARS:
+        title = title[:TITLE_CHARS].rsplit(" ", 1)[0] + "…"
+    firsts = [_first_sentence(text) for _, text in sections]
+    short = " ".join(f for f in firsts if f) or "The sources found do not answer this question."
+    parts = [f"# {title}", f"**Short answer:** {short}"]
+    parts += [f"## {sub_question}\n\n{text}" for sub_question, text in sections]
     if missing:
-        listing = "\n".join(f"- {question}" for question in missing)
+        listing = "\n".join(f"- {sub_question}" for sub_question in missing)
         parts.append(f"## Not found\n\nNo source found answers:\n\n{listing}")
-    cited = {int(n) for n in _CITATION.findall(report)}
+    cited = {int(n) for _, text in sections for n in _CITATION.findall(text)}
     listed = [s for s in sources if s["n"] in cited]
     if listed:
         parts.append("## Sources\n\n" + "\n".join(f"[{s['n']}] {_link(s)}" for s in listed))
-    return "".join(f"\n\n{part}" for part in parts)
+    return "\n\n".join(parts)
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a section, with its citations; "" when it says it found nothing."""
+    line = next((line.strip(" -*#>") for line in text.splitlines() if line.strip()), "")
+    if line.lower().startswith(("i couldn't find", "i could not find")):
+        return ""
+    match = _SENTENCE.match(line)
+    return (match.group(1) if match else line).strip()
 
 
 def _link(source: dict[str, Any]) -> str:

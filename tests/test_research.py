@@ -59,33 +59,59 @@ async def research(client: httpx.AsyncClient, content: str) -> list[dict[str, An
         return [e async for e in read_events(response) if e["type"] != "heartbeat"]
 
 
+def writer(parts: dict[str, str]) -> Any:
+    """Answers each part's call (chat role) by its sub-question: they run concurrently."""
+
+    def answer(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        prompt = messages[-1]["content"]
+        question = prompt.rsplit("<question>\n", 1)[1].split("\n</question>")[0]
+        return {"text": parts[question]}
+
+    return answer
+
+
 async def test_a_two_part_question_gets_a_cited_report(client, model) -> None:
-    model.push(
-        plan(WARSAW, ZORBLAX),
-        answered(1, 2),
-        {"text": "# Warsaw and Zorblax\n\n**Short answer:** 1.7 million [1]; three days [2]."},
+    model.push(plan(WARSAW, ZORBLAX), answered(1, 2))
+    model.responder = writer(
+        {
+            WARSAW: "About 1.7 million people live in Warsaw [1]. It is the capital.",
+            ZORBLAX: "The Zorblax festival lasts three days [2].",
+        }
     )
-    events = await research(client, f"Answer all: {WARSAW} {ZORBLAX}")
+    asked = f"Answer all: {WARSAW} {ZORBLAX}"
+    events = await research(client, asked)
     said = steps(events)
     assert said[:3] == ["Research plan: 2 sub-questions", f"1. {WARSAW}", f"2. {ZORBLAX}"]
     assert "Searching the web for 2 sub-questions" in said
     assert "2 of 2 sub-questions answered" in said
-    assert [c["model"] for c in model.calls] == ["utility", "utility", "chat"]
+    assert {f"Writing part 1 of 2: {WARSAW}", f"Writing part 2 of 2: {ZORBLAX}"} <= set(said)
+    assert [c["model"] for c in model.calls] == ["utility", "utility", "chat", "chat"]
     # The check read both sub-questions and the pages found for them, as delimited sources.
     check = model.calls[1]["messages"][-1]["content"]
     assert f"1. {WARSAW}\n2. {ZORBLAX}" in check and '<source n="1"' in check
+    # Each part was written for its own sub-question, with the whole question as context.
+    parts = [c["messages"][-1]["content"] for c in model.calls[2:]]
+    assert {p.rsplit("<question>\n", 1)[1] for p in parts} == {
+        f"{WARSAW}\n</question>",
+        f"{ZORBLAX}\n</question>",
+    }
+    assert all(f"<context>\n{asked}\n</context>" in p for p in parts)
     sources = next(e for e in events if e["type"] == "sources")["sources"]
     urls = [s["url"] for s in sources]
-    assert "https://en.wikipedia.org/wiki/Warsaw" in urls and "https://example.org/zorblax" in urls
+    assert urls[:2] == ["https://en.wikipedia.org/wiki/Warsaw", "https://example.org/zorblax"]
     kinds = [e["type"] for e in events]
     assert kinds.index("sources") < kinds.index("token")
     report = tokens(events)
-    assert report.startswith("# Warsaw and Zorblax\n\n**Short answer:**")
-    assert "## Not found" not in report
-    # Code lists the cited sources, and only those.
-    listed = report.split("## Sources\n\n", 1)[1].splitlines()
-    assert [line.split("]", 1)[0] for line in listed] == ["[1", "[2"]
-    assert listed[0] == f"[1] [{sources[0]['title']}]({sources[0]['url']})"
+    assert report == (
+        f"# {asked}\n\n"
+        "**Short answer:** About 1.7 million people live in Warsaw [1]. The Zorblax festival"
+        " lasts three days [2].\n\n"
+        f"## {WARSAW}\n\nAbout 1.7 million people live in Warsaw [1]. It is the capital.\n\n"
+        f"## {ZORBLAX}\n\nThe Zorblax festival lasts three days [2].\n\n"
+        "## Sources\n\n"
+        f"[1] [Warsaw]({urls[0]})\n"
+        f"[2] [Zorblax festival]({urls[1]})"
+    )
     saved = (await messages_of(client, events[0]["chat_id"]))[1]
     assert saved["content"] == report  # what streamed is what is saved
     assert saved["sources"] == sources
@@ -96,37 +122,35 @@ async def test_an_unanswered_sub_question_is_searched_again_then_reported_not_fo
 ) -> None:
     unknown = "What is the name of the mayor of Quentaro in 1951?"
     rounds = 3  # RESEARCH_ROUNDS' default
-    model.push(
-        plan(WARSAW, unknown),
-        answered(1),
-        *[answered()] * (rounds - 1),
-        {"text": "# Warsaw\n\n**Short answer:** About 1.7 million people live in Warsaw [1]."},
-    )
+    model.push(plan(WARSAW, unknown), answered(1), *[answered()] * (rounds - 1))
+    model.responder = writer({WARSAW: "About 1.7 million people live in Warsaw [1]."})
     events = await research(client, f"{WARSAW} And {unknown}")
     said = steps(events)
     assert "Searching the web for 1 sub-question (round 2)" in said
     assert "Searching the web for 1 sub-question (round 3)" in said
     assert said.count("1 of 2 sub-questions answered") == rounds
     assert [c["model"] for c in model.calls] == ["utility"] * (1 + rounds) + ["chat"]
-    # A later check is about the open sub-question alone; its search added the question's words.
+    # A later check is about the open sub-question alone.
     later = model.calls[2]["messages"][-1]["content"]
     assert later.startswith(f"<sub_questions>\n1. {unknown}\n</sub_questions>")
-    report = model.calls[-1]["messages"][-1]["content"]
-    assert f"<not_found>\n1. {unknown}\n</not_found>" in report
     text = tokens(events)
     assert f"## Not found\n\nNo source found answers:\n\n- {unknown}" in text
-    assert text.index("## Not found") < text.index("## Sources")
+    assert text.index(f"## {WARSAW}") < text.index("## Not found") < text.index("## Sources")
 
 
 async def test_an_unusable_plan_researches_the_question_itself(client, model) -> None:
     model.push(
         {"text": "Sure! Here is my plan: search things."},
-        {"text": "not json"},  # an unusable check: counted answered, the report says what's there
-        {"text": "# Warsaw\n\n**Short answer:** 1.7 million [1]."},
+        {"text": "not json"},  # an unusable check: counted answered, the part says what's there
+        {"text": "I couldn't find information about that."},
     )
     events = await research(client, WARSAW)
     assert steps(events)[:2] == ["Research plan: 1 sub-question", f"1. {WARSAW}"]
     assert "1 of 1 sub-questions answered" in steps(events)
+    # A part that found nothing gives no short answer, and no source is listed as cited.
+    report = tokens(events)
+    assert "**Short answer:** The sources found do not answer this question." in report
+    assert "## Sources" not in report
     assert events[-1]["type"] == "done"
 
 
@@ -144,18 +168,18 @@ async def test_research_needs_web_search_and_a_known_mode(
 
 
 async def test_a_retry_researches_again(client, model) -> None:
-    model.push(plan(WARSAW), answered(1), {"text": "# Warsaw\n\nFirst report [1]."})
+    model.push(plan(WARSAW), answered(1), {"text": "First report [1]."})
     events = await research(client, WARSAW)
     chat_id = events[0]["chat_id"]
     question = (await messages_of(client, chat_id))[0]["message_id"]
-    model.push(plan(WARSAW), answered(1), {"text": "# Warsaw\n\nSecond report [1]."})
+    model.push(plan(WARSAW), answered(1), {"text": "Second report [1]."})
     async with client.stream(
         "POST", f"/api/chats/{chat_id}/messages/{question}/regenerate"
     ) as response:
         assert response.status_code == 200
         again = [e async for e in read_events(response) if e["type"] != "heartbeat"]
     assert steps(again)[0] == "Research plan: 1 sub-question"
-    assert tokens(again).startswith("# Warsaw\n\nSecond report [1].")
+    assert f"## {WARSAW}\n\nSecond report [1]." in tokens(again)
 
 
 async def test_a_chat_message_is_not_research(client, model) -> None:
