@@ -41,12 +41,13 @@ async def ask(
     chat_id: uuid.UUID | None = None,
     use_web: bool = False,
     user_id: uuid.UUID = LOCAL_USER_ID,
+    mode: str = "chat",
 ) -> Exchange:
     """One user message and its whole reply. The summary fold it may start (after the reply, in
     the background) is waited for, not timed: the next message then finds the chat as it would
     after a pause, and a fold on the local model does not slow the next reply's figures."""
     started = time.perf_counter()
-    turn = await start_turn(services, chat_id, content, use_web, user_id=user_id)
+    turn = await start_turn(services, chat_id, content, use_web, user_id=user_id, mode=mode)
     tool_calls: list[dict[str, Any]] = []
     message_id: str | None = None
     error: str | None = None

@@ -34,4 +34,8 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.web_answers",
         "SQuAD questions through the web_search tool: correctness, citations, 'I couldn't find'",
     ),
+    "research": (
+        "evals.research",
+        "multi-part SQuAD questions in research mode against the normal web answer",
+    ),
 }
