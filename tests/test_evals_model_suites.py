@@ -597,3 +597,83 @@ def test_the_replay_plan_scripts_the_replies_and_keeps_the_memory_model() -> Non
     # The turn uses memory as with the configured chat model (whose tools are off here).
     assert replayed.capability("chat", "memory_tools") is False
     assert plan.deployments("chat") == ["groq/big"]  # the original plan is left alone
+
+
+# --- research --------------------------------------------------------------------------------
+
+PAINTED = "What colour is the Quentaro lighthouse painted?"
+
+
+def research_data(tmp_path: Path, data_file: Path) -> Path:
+    """The two pages, with an answerable question about the harbour too."""
+    data = json.loads(data_file.read_text())
+    data["questions"].append(
+        {
+            "id": "q3",
+            "page": "Quentaro harbour",
+            "question": PAINTED,
+            "answerable": True,
+            "answers": ["white"],
+            "answer_spans": [[HARBOUR.index("white"), 5]],
+        }
+    )
+    path = tmp_path / "research.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def answer_from_the_prompt(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every call of both modes, answered from what it is asked (the calls of research mode's
+    parts run concurrently): each known fact the question asks about, cited."""
+    system = str(messages[0]["content"])
+    prompt = str(messages[-1]["content"])
+    question = prompt.rsplit("<question>\n", 1)[-1].split("\n</question>")[0]
+    if system.startswith("You plan web research"):
+        parts = [f"{p.strip()}?" for p in question.removeprefix("Answer all:").split("?")]
+        return {"text": json.dumps({"sub_questions": [p for p in parts if len(p) > 1]})}
+    facts = {"Zorblax": "The festival started in 1951 [1].", "painted": "It is white [2]."}
+    if system.startswith("You check which of the numbered sub-questions"):
+        asked = prompt.split("</sub_questions>")[0].splitlines()[1:]
+        known = [n for n, line in enumerate(asked, 1) if any(key in line for key in facts)]
+        return {"text": json.dumps({"answered": known})}
+    if system.startswith("You check whether web search results"):
+        return {"text": json.dumps({"reason": "checked", "enough": "yes"})}
+    if system.startswith("You answer the user's question from the numbered web sources"):
+        said = [fact for key, fact in facts.items() if key in question]
+        return {"text": " ".join(said) or "I couldn't find information about that."}
+    # The chat model with "Use web tool" ticked: it searches for the message.
+    return {"tool_calls": [{"name": "web_search", "arguments": {"query": question[:200]}}]}
+
+
+async def test_research_suite_against_the_web_answer(
+    chat_services: Services, model: ScriptedProvider, data_file: Path, tmp_path: Path
+) -> None:
+    from evals import research
+
+    data = research_data(tmp_path, data_file)
+    items = research.build_items(load_squad(data), 3)
+    assert [[q.id for q in item.parts] for item in items] == [
+        ["q3", "q1"],
+        ["q1", "q3", "q1"],
+        ["q3", "q1", "q2"],
+    ]
+    assert items[2].message == f"Answer all: {PAINTED} {ANSWERABLE} {UNANSWERABLE}"
+    services = with_pages(chat_services, data, tmp_path / "pages")
+    model.responder = answer_from_the_prompt
+    report = await research.evaluate(services, argparse.Namespace(data=data, limit=3))
+    by_mode = report.results["by_mode"]
+    assert set(by_mode) == {"research", "web answer"}
+    for mode, row in by_mode.items():
+        assert (row["items"], row["parts"], row["errors"]) == (3, 7, 0), mode
+        assert row["items_with_unanswerable"] == 1
+        assert row["searches"] > 0
+    outcomes = report.results["outcomes"]
+    assert [o["mode"] for o in outcomes] == ["research", "web answer"] * 3
+    first = outcomes[0]
+    # Research: one part per sub-question, each answered from its own sources, code's sections.
+    assert first["reply"].startswith(f"# Answer all: {PAINTED} In what year")
+    assert first["parts_answered"] == 2 and "## Sources" in first["reply"]
+    assert by_mode["research"]["parts_answered"] == 1.0
+    # The unanswerable part: research lists it under Not found.
+    assert outcomes[4]["reports_not_found"] and "## Not found" in outcomes[4]["reply"]
+    assert "| research | 3 |" in report.markdown()
