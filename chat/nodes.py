@@ -25,7 +25,7 @@ from chat.state import ChatState, TurnContext, turn_of
 from chat.steps import short_id, step_event
 from chat.summary import FOLD_AT_UNSUMMARISED
 from chat.tool_markup import ToolCallStreamFilter
-from chat.tools import TOOLS_BY_NAME, available_tool_names, tool_schemas
+from chat.tools import TOOLS_BY_NAME, available_tool_names, retrieval_hooks, tool_schemas
 from chat.user_errors import note_answer, web_search_failed
 from core import chat_store
 from core.model_progress import progress_listener, reading_what
@@ -553,7 +553,6 @@ async def research(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     turn = turn_of(config)
     provider = turn.services.search_provider
     assert provider is not None  # the API refuses research mode without web search
-    writer = get_stream_writer()
     earlier = [
         f"{m['role']}: {str(m.get('content') or '')[:RESEARCH_CONTEXT_CHARS]}"
         for m in state["messages"][:-1]
@@ -561,19 +560,10 @@ async def research(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     ][-RESEARCH_CONTEXT_MESSAGES:]
     result = await Research(
         provider=provider,
-        embedder=turn.services.embedder,
-        router=turn.services.router,
         question=state["user_text"],
         context="\n".join(earlier),
         budget=research_budget(turn.services.settings, turn.services.model_plan),
-        step=lambda text: step_event(turn, text),
-        token=lambda text: writer({"type": "token", "text": text}),
-        publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
-        metadata=lambda name: trace_metadata(
-            turn.trace_id, str(turn.chat_id), name, user_id=str(turn.user_id)
-        ),
-        embedding_cache=turn.embedding_cache,
-        answered=lambda response: note_answer(turn, response),
+        **retrieval_hooks(turn),
     ).run()
     return {"reply": result.answer or "", "sources": result.sources}
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from chat.document_recall import RECALL_LIMIT, document_source
 from chat.memory_recall import about_the_past, note_memories
-from chat.state import turn_of
+from chat.state import TurnContext, turn_of
 from chat.steps import step_event
 from chat.user_errors import note_answer
 from core import memory_store
@@ -231,6 +231,25 @@ async def search_documents(query: str, config: RunnableConfig) -> str:
 MAX_CONTEXT_CHARS = 2000
 
 
+def retrieval_hooks(turn: TurnContext, tool: str | None = None) -> dict[str, Any]:
+    """What a web round or a research turn takes from the turn running it: the embedder and
+    router, and where its steps, tokens, sources, tracing and answering deployment go."""
+    writer = get_stream_writer()
+    extra = {"tool": tool} if tool else {}
+    return {
+        "embedder": turn.services.embedder,
+        "router": turn.services.router,
+        "step": lambda text: step_event(turn, text, **extra),
+        "token": lambda text: writer({"type": "token", "text": text}),
+        "publish_sources": lambda sources: writer({"type": "sources", "sources": sources}),
+        "metadata": lambda name: trace_metadata(
+            turn.trace_id, str(turn.chat_id), name, user_id=str(turn.user_id)
+        ),
+        "embedding_cache": turn.embedding_cache,
+        "answered": lambda response: note_answer(turn, response),
+    }
+
+
 class WebSearchInput(BaseModel):
     query: str = Field(
         min_length=1,
@@ -271,23 +290,13 @@ async def web_search(query: str, context: str, config: RunnableConfig) -> tuple[
     if len(turn.searches) >= MAX_SEARCHES:
         return _dumps({"error": no_more_searches_message()}), None
     turn.searches.append(query)
-    writer = get_stream_writer()
     result = await WebSearchRound(
         provider=provider,
-        embedder=turn.services.embedder,
-        router=turn.services.router,
         question=turn.user_text,
         query=query,
         context=context,
         number=len(turn.searches),
-        step=lambda text: step_event(turn, text, tool="web_search"),
-        token=lambda text: writer({"type": "token", "text": text}),
-        publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
-        metadata=lambda name: trace_metadata(
-            turn.trace_id, str(turn.chat_id), name, user_id=str(turn.user_id)
-        ),
-        embedding_cache=turn.embedding_cache,
-        answered=lambda response: note_answer(turn, response),
+        **retrieval_hooks(turn, tool="web_search"),
         chunks_kept=chunks_kept_for(turn.services.model_plan),
         # A chat model without tools cannot search again: this search answers, whatever it found.
         last=not turn.services.model_plan.capability("chat", "tools"),
@@ -358,23 +367,13 @@ async def fetch_url(urls: list[str], config: RunnableConfig) -> tuple[str, Any]:
                 " question can be answered without the page, answer it too.",
             }
         ), None
-    writer = get_stream_writer()
     result = await WebSearchRound(
         provider=ReadPages(pages),
-        embedder=turn.services.embedder,
-        router=turn.services.router,
         question=without_links(turn.user_text),
         query=without_links(turn.user_text),
         context="",
         number=1,
-        step=lambda text: step_event(turn, text, tool="fetch_url"),
-        token=lambda text: writer({"type": "token", "text": text}),
-        publish_sources=lambda sources: writer({"type": "sources", "sources": sources}),
-        metadata=lambda name: trace_metadata(
-            turn.trace_id, str(turn.chat_id), name, user_id=str(turn.user_id)
-        ),
-        embedding_cache=turn.embedding_cache,
-        answered=lambda response: note_answer(turn, response),
+        **retrieval_hooks(turn, tool="fetch_url"),
         chunks_kept=chunks_kept_for(turn.services.model_plan),
         last=True,  # the user pointed at these pages: answer from them, saying what they lack
         user_pages=True,

@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from core.services import Services
@@ -40,8 +38,7 @@ from evals.datasets import SQUAD_FILE, Squad, SquadQuestion, load_squad, page_ur
 from evals.judge import contains_answer, says_dont_know
 from evals.metrics import latency_summary
 from evals.report import Report, Table
-from evals.scratch import scratch_services
-from evals.web_answers import CountingSearch, cited_numbers, without_citations, write_pages
+from evals.web_answers import CountingSearch, cited_numbers, run_on_pages, without_citations
 
 DEFAULT_DATA = SQUAD_FILE
 SUITE = "research"
@@ -221,8 +218,4 @@ async def evaluate(services: Services, args: argparse.Namespace) -> Report:
 
 
 async def run(args: argparse.Namespace) -> Report:
-    squad = load_squad(args.data)
-    with tempfile.TemporaryDirectory(prefix="resolveai-eval-pages-") as folder:
-        write_pages(squad, Path(folder))
-        async with scratch_services(web_search_provider="pages", web_pages_dir=Path(folder)) as s:
-            return await evaluate(s, args)
+    return await run_on_pages(args, evaluate)

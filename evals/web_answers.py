@@ -42,6 +42,7 @@ import dataclasses
 import logging
 import re
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -411,9 +412,17 @@ async def evaluate(services: Services, args: argparse.Namespace) -> Report:
     )
 
 
-async def run(args: argparse.Namespace) -> Report:
+async def run_on_pages(
+    args: argparse.Namespace,
+    evaluate: Callable[[Services, argparse.Namespace], Awaitable[Report]],
+) -> Report:
+    """`evaluate` on a scratch copy of the app whose `pages` provider serves the data's pages."""
     squad = load_squad(args.data)
     with tempfile.TemporaryDirectory(prefix="resolveai-eval-pages-") as folder:
         write_pages(squad, Path(folder))
         async with scratch_services(web_search_provider="pages", web_pages_dir=Path(folder)) as s:
             return await evaluate(s, args)
+
+
+async def run(args: argparse.Namespace) -> Report:
+    return await run_on_pages(args, evaluate)

@@ -30,8 +30,9 @@ class Verdict:
     seconds: float
 
 
-def parse_verdict(text: str) -> tuple[bool, str] | None:
-    """(enough, reason) from the judge's reply, or None when it is not the JSON asked for."""
+def json_object_in(text: str) -> dict[str, Any] | None:
+    """The JSON object in a model's reply (small models wrap it in words or code fences), or
+    None when there is none."""
     match = _JSON_OBJECT_RE.search(text or "")
     if not match:
         return None
@@ -39,7 +40,13 @@ def parse_verdict(text: str) -> tuple[bool, str] | None:
         data = json.loads(match.group(0))
     except ValueError:
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def parse_verdict(text: str) -> tuple[bool, str] | None:
+    """(enough, reason) from the judge's reply, or None when it is not the JSON asked for."""
+    data = json_object_in(text)
+    if data is None:
         return None
     enough = data.get("enough")
     if isinstance(enough, str):

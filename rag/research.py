@@ -20,7 +20,6 @@ logged, so the user still gets a report.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -36,6 +35,7 @@ from core.prompts import (
     web_answer_request,
 )
 from core.tracing import span
+from rag.chunk_judge import json_object_in
 from rag.citations import CitationNormalizer
 from rag.md_chunker import budget_for, chunk_pages
 from rag.ranker import RankedChunk, rank_chunks
@@ -45,7 +45,6 @@ from rag.web_rag import RESULTS_PER_SEARCH, RoundResult, Source, numbered_source
 log = logging.getLogger("resolveai.research")
 
 MAX_SUB_QUESTION_CHARS = 300
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _CITATION = re.compile(r"\[(\d+)\]")
 # A sentence ends at . ! or ? followed by its citations and a space (or the end of the line).
 _SENTENCE = re.compile(r"(.+?[.!?](?:\s?\[\d+\])*)(?=\s|$)")
@@ -249,14 +248,8 @@ class Research:
 
 def parse_plan(text: str, limit: int) -> list[str]:
     """The sub-questions of the planner's JSON reply (distinct, non-empty, at most `limit`)."""
-    match = _JSON_OBJECT.search(text)
-    if not match:
-        return []
-    try:
-        data = json.loads(match.group(0))
-    except ValueError:
-        return []
-    items = data.get("sub_questions") if isinstance(data, dict) else None
+    data = json_object_in(text)
+    items = data.get("sub_questions") if data else None
     if not isinstance(items, list):
         return []
     questions: list[str] = []
@@ -270,14 +263,8 @@ def parse_plan(text: str, limit: int) -> list[str]:
 def parse_answered(text: str, count: int) -> set[int] | None:
     """The numbers (1..count) of the answered sub-questions in the check's JSON reply, or None
     when it is not the JSON asked for."""
-    match = _JSON_OBJECT.search(text)
-    if not match:
-        return None
-    try:
-        data = json.loads(match.group(0))
-    except ValueError:
-        return None
-    numbers = data.get("answered") if isinstance(data, dict) else None
+    data = json_object_in(text)
+    numbers = data.get("answered") if data else None
     if not isinstance(numbers, list):
         return None
     # bool is an int to Python, and `true` is not a number here
