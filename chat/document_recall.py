@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from chat.state import TurnContext
@@ -22,25 +23,19 @@ from rag.document_search import FoundChunk, search_documents
 log = logging.getLogger("resolveai.documents")
 
 RECALL_LIMIT = 5
-PASSAGE_CHARS = 600  # of a passage's text kept in the saved source, for its preview
 
 
-def document_source(n: int, chunk: FoundChunk) -> dict[str, Any]:
-    """A passage as a numbered source (the shape web sources have, plus where it is)."""
-    where = f", page {chunk.page}" if chunk.page is not None else ""
-    body = chunk.content.split("\n", 1)[1] if "\n" in chunk.content else chunk.content
-    return {
-        "n": n,
-        "kind": "document",
-        "title": f"{chunk.filename}{where}",
-        "url": f"#/documents/{chunk.document_id}?chunk={chunk.chunk_id}"
-        + (f"&page={chunk.page}" if chunk.page is not None else ""),
-        "document_id": str(chunk.document_id),
-        "chunk_id": str(chunk.chunk_id),
-        "page": chunk.page,
-        "section": chunk.heading,
-        "text": body[:PASSAGE_CHARS],
-    }
+def document_search(turn: TurnContext) -> Callable[[str, int], Awaitable[list[FoundChunk]]]:
+    """A search of the user's documents (this chat's first): `search(query, limit)`."""
+    services = turn.services
+
+    async def search(query: str, limit: int) -> list[FoundChunk]:
+        return await search_documents(
+            services.database.pool, services.embedder, query,
+            user_id=turn.user_id, chat_id=turn.chat_id, limit=limit,
+        )  # fmt: skip
+
+    return search
 
 
 @traced("document recall", kind="retriever")
@@ -53,10 +48,7 @@ async def recall_documents(
         return [], []
     started = time.perf_counter()
     try:
-        found = await search_documents(
-            turn.services.database.pool, turn.services.embedder, text,
-            user_id=turn.user_id, chat_id=turn.chat_id, limit=RECALL_LIMIT,
-        )  # fmt: skip
+        found = await document_search(turn)(text, RECALL_LIMIT)
     except Exception as error:  # a reply without the documents beats no reply
         log.warning("Documents: search failed, answering without it (%s: %s)",
                     type(error).__name__, error)  # fmt: skip
@@ -65,7 +57,7 @@ async def recall_documents(
              (time.perf_counter() - started) * 1000)  # fmt: skip
     if not found:
         return [], []
-    sources = [document_source(n, chunk) for n, chunk in enumerate(found, 1)]
+    sources = [chunk.source(n) for n, chunk in enumerate(found, 1)]
     turn.document_sources.extend(sources)
     files = len({chunk.document_id for chunk in found})
     passages = "1 passage" if len(found) == 1 else f"{len(found)} passages"

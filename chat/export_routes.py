@@ -3,6 +3,8 @@
 - `GET /api/chats/{id}/export?format=markdown|json`: one chat as a download: Markdown shows the
   branch on screen (roles, times, sources), JSON every message of the tree with its versions
   (importable like the full export).
+- `GET /api/chats/{id}/messages/{message_id}/export`: one reply (a research report) as Markdown,
+  its sources listed.
 - `GET /api/export`: everything as one JSON file (core/data_transfer.py describes it).
 - `POST /api/import` (multipart `file`; `format=auto|resolveai|chatgpt`): a ResolveAI export, or
   a ChatGPT `conversations.json` (or the .zip it comes in). Idempotent, one transaction; the
@@ -25,7 +27,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, File, HTTPException, Query, Request, Response, UploadFile
 
 from chat.auth import user_of
-from core import data_transfer
+from core import chat_store, data_transfer
 from core.http_errors import errors
 from core.services import Services
 
@@ -96,6 +98,28 @@ async def export_chat(
         return _download(body, f"{name}.json", "application/json")
     markdown = await asyncio.to_thread(data_transfer.chat_markdown, document)
     return _download(markdown, f"{name}.md", "text/markdown; charset=utf-8")
+
+
+@router.get(
+    "/chats/{chat_id}/messages/{message_id}/export",
+    response_class=Response,
+    responses={
+        **errors(404),
+        200: {"content": {"text/markdown": {}}, "description": "The message, as a download."},
+    },
+)
+async def export_message(request: Request, chat_id: uuid.UUID, message_id: uuid.UUID) -> Response:
+    """One message of yours (a reply, a research report) as a Markdown file, its sources listed
+    under it."""
+    pool = _services(request).database.pool
+    chat = await chat_store.get_chat(pool, chat_id, user_id=user_of(request).user_id)
+    message = await chat_store.get_message(pool, chat_id, message_id) if chat else None
+    if message is None:
+        raise HTTPException(404, f"No message with id {message_id} in this chat")
+    heading = message["content"].split("\n", 1)[0]
+    title = heading[2:] if heading.startswith("# ") else chat["title"]
+    name = f"{data_transfer.slug(title)}-{str(message_id)[:8]}.md"
+    return _download(data_transfer.reply_markdown(message), name, "text/markdown; charset=utf-8")
 
 
 @router.post("/import", responses=errors(409, 413, 415))

@@ -18,7 +18,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
-from chat.document_recall import recall_documents
+from chat.document_recall import document_search, recall_documents
 from chat.memory_recall import recall_memories
 from chat.replies import done_event, save_reply
 from chat.state import ChatState, TurnContext, turn_of
@@ -70,10 +70,12 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     """
     turn = turn_of(config)
     pool = turn.services.database.pool
+    # Research searches the documents for each of its sub-questions instead.
+    research_mode = state.get("mode") == "research"
     (summary, history), recalled, (passages, documents) = await asyncio.gather(
         _unsummarised(pool, turn.chat_id),
         recall_memories(turn, state["user_text"]),
-        recall_documents(turn, state["user_text"]),
+        recall_documents(turn, "" if research_mode else state["user_text"]),
     )
     turn.seen["unsummarised"] = len(history)  # (the summary fold after the reply needs it)
     continues = turn.continues or {}
@@ -109,6 +111,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         "reply": continues.get("content", ""),
         # The same list the search_documents tool adds to, so what it finds is saved too.
         "sources": continues.get("sources") or turn.document_sources,
+        "recalled": recalled,
     }
 
 
@@ -558,13 +561,17 @@ async def research(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
         for m in state["messages"][:-1]
         if m.get("role") in ("user", "assistant") and m.get("content")
     ][-RESEARCH_CONTEXT_MESSAGES:]
-    result = await Research(
+    work = Research(
         provider=provider,
         question=state["user_text"],
         context="\n".join(earlier),
         budget=research_budget(turn.services.settings, turn.services.model_plan),
+        documents=document_search(turn) if turn.has_documents else None,
+        memories=state.get("recalled", []),
         **retrieval_hooks(turn),
-    ).run()
+    )
+    turn.reply_so_far.append(work.report_so_far)  # a Stop saves the report so far
+    result = await work.run()
     return {"reply": result.answer or "", "sources": result.sources}
 
 

@@ -47,7 +47,7 @@ router = APIRouter(prefix="/api")
 HEARTBEAT_SECONDS = 10
 DELETE_WAIT_SECONDS = 5  # deleting a chat waits this long at most for its reply to stop
 MESSAGE_FIELDS = ("message_id", "role", "content", "status", "sources", "steps", "tool_calls",
-                  "error", "sent_at", "versions", "model", "notes")  # fmt: skip
+                  "error", "sent_at", "versions", "model", "notes", "mode")  # fmt: skip
 CHAT_FIELDS = ("chat_id", "title", "title_source", "temporary", "pinned", "created_at",
                "updated_at")  # fmt: skip
 
@@ -299,7 +299,13 @@ async def edit_message(
 @router.post("/chats/{chat_id}/messages/{message_id}/continue", **event_stream_route(404, 409, 429))
 async def continue_reply(request: Request, chat_id: uuid.UUID, message_id: uuid.UUID) -> Response:
     """Continue a reply that was stopped or failed (the chat's last): the stream starts with its
-    text so far and goes on from there; the whole is saved in its place. 404 for any other."""
+    text so far and goes on from there; the whole is saved in its place. 404 for any other; 409
+    for a research report (assembled from parts: there is no text to go on with)."""
+    await _chat_or_404(request, chat_id)
+    if await turn_store.wrote_research(services_of(request).database.pool, chat_id, message_id):
+        raise HTTPException(
+            409, "A research report cannot be continued: Regenerate researches the question again."
+        )
     return await _stream(request, chat_id, "", False, resume=message_id)
 
 

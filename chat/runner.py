@@ -203,6 +203,7 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
     context = turn.context
     pool = context.services.database.pool
     reply: list[str] = []
+    sources: list[dict[str, Any]] = []  # the last published: an ended reply's [n] keep them
     try:
         if turn.new_chat is not None:
             yield {
@@ -229,6 +230,8 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             async for event in graph.astream(state, config, stream_mode="custom"):
                 if event.get("type") == "token":
                     reply.append(event["text"])
+                elif event.get("type") == "sources":
+                    sources = event["sources"]
                 elif event.get("type") == "done":
                     turn.done = event
                 yield event
@@ -236,7 +239,11 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
                 root.update(output="".join(reply))
     except asyncio.CancelledError:
         if turn.done is None:
-            await asyncio.shield(_save_partial(turn, "".join(reply), "interrupted", None))
+            for event in _text_so_far(context, reply):  # read before `interrupted`
+                yield event
+            await asyncio.shield(
+                _save_partial(turn, "".join(reply), "interrupted", None, sources=sources)
+            )
         raise
     except Exception as error:
         if turn.done is not None:  # after `done`: the reply is saved, the user has it
@@ -245,9 +252,12 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             return
         # The user reads a sentence and a ref; the raw reason is logged with that ref.
         message = reply_failed(error, context.chat_id)
+        if turn.done is None:
+            for event in _text_so_far(context, reply):
+                yield event
         if not isinstance(error, ReplyNotSaved):
             try:
-                await _save_partial(turn, "".join(reply), "error", message)
+                await _save_partial(turn, "".join(reply), "error", message, sources=sources)
             except ReplyNotSaved as unsaved:
                 message = str(unsaved)
         if turn.done is None:
@@ -272,11 +282,24 @@ async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:
             )
 
 
-async def _save_partial(turn: Turn, text: str, status: str, error: str | None) -> None:
-    """Save the reply so far as `status`; if the graph had saved it complete already (the ending
-    came between that save and its `done`), it stays complete and `turn.done` is set."""
+def _text_so_far(context: TurnContext, reply: list[str]) -> list[dict[str, Any]]:
+    """A turn ending before its text streamed (a research writing its report) ends with what it
+    has: added to `reply`, and the event that streams it."""
+    so_far = context.reply_so_far[-1]() if context.reply_so_far and not reply else ""
+    if not so_far:
+        return []
+    reply.append(so_far)
+    return [{"type": "token", "text": so_far}]
+
+
+async def _save_partial(
+    turn: Turn, text: str, status: str, error: str | None, *, sources: list[dict[str, Any]]
+) -> None:
+    """Save the reply so far as `status`, with the sources it was shown; if the graph had saved it
+    complete already (the ending came between that save and its `done`), it stays complete and
+    `turn.done` is set."""
     context = turn.context
-    message = await save_reply(context, text, status=status, error=error)
+    message = await save_reply(context, text, status=status, error=error, sources=sources)
     if message["status"] == "complete":
         turn.done = done_event(context, message)
         log.info("Chat %s: reply was saved complete already", short_id(context.chat_id))

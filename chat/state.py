@@ -67,6 +67,9 @@ class TurnContext:
     # is cancelled (a client gone, Stop), so the turn cancels them itself (`stop_work`): else a
     # model goes on writing a reply nobody reads.
     work: set[asyncio.Task[Any]] = field(default_factory=set)
+    # What a turn stopped before its text streamed ends with (a research's report so far: its
+    # node adds the function that writes it), streamed and saved as its reply.
+    reply_so_far: list[Callable[[], str]] = field(default_factory=list)
 
     @property
     def model(self) -> str | None:
@@ -118,6 +121,7 @@ class ChatState(TypedDict, total=False):
     answer_now: bool  # the next model call gets no tools (the model was looping)
     reply: str  # the text shown to the user so far
     sources: list[dict[str, Any]]
+    recalled: list[str]  # the memories recalled for the message, as the prompt shows them
     tool_calls: Annotated[list[dict[str, Any]], operator.add]  # each tool run: name, args, result
     tool_answer: dict[str, Any] | None  # a finished answer a tool produced (web_search)
     assistant_message_id: str | None

@@ -29,7 +29,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_stream_writer
 from pydantic import BaseModel, Field, field_validator
 
-from chat.document_recall import RECALL_LIMIT, document_source
+from chat.document_recall import RECALL_LIMIT
 from chat.memory_recall import about_the_past, note_memories
 from chat.state import TurnContext, turn_of
 from chat.steps import step_event
@@ -213,7 +213,7 @@ async def search_documents(query: str, config: RunnableConfig) -> str:
     listed = []
     for chunk in found:
         if str(chunk.chunk_id) not in known:
-            source = document_source(len(turn.document_sources) + 1, chunk)
+            source = chunk.source(len(turn.document_sources) + 1)
             turn.document_sources.append(source)
             known[source["chunk_id"]] = source["n"]
         where = f", page {chunk.page}" if chunk.page is not None else ""

@@ -489,13 +489,15 @@ async def update_message(
 
 async def list_messages(db: Db, chat_id: uuid.UUID) -> list[dict[str, Any]]:
     """The messages of the branch shown, oldest first, each with its `versions`: the ids of
-    itself and its siblings (same parent, same role), oldest first."""
+    itself and its siblings (same parent, same role), oldest first; and its `mode`: "research"
+    for a reply written by a research turn, else "chat"."""
     return await fetch_all(
         db,
         f"{_BRANCH} SELECT {_BRANCH_COLUMNS},"
         " (SELECT array_agg(v.message_id ORDER BY v.sent_at, v.message_id) FROM messages AS v"
         "  WHERE v.chat_id = b.chat_id AND v.role = b.role"
-        "  AND v.parent_id IS NOT DISTINCT FROM b.parent_id) AS versions"
+        "  AND v.parent_id IS NOT DISTINCT FROM b.parent_id) AS versions,"
+        " COALESCE((SELECT t.mode FROM turns AS t WHERE t.run_id = b.run_id), 'chat') AS mode"
         " FROM branch AS b ORDER BY b.depth DESC",
         {"chat": chat_id, "stop": None},
     )

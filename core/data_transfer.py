@@ -255,7 +255,31 @@ def _source_line(source: Any) -> str:
     url = str(source.get("url") or "")
     # Document citations link into the app (#/documents/…): meaningless outside it.
     label = f"[{title}]({url.replace(')', '%29')})" if re.match(r"https?://", url) else title
-    return f"- {label}"
+    n = source.get("n")
+    return f"- [{n}] {label}" if type(n) is int else f"- {label}"  # what the text's [n] cite
+
+
+# A research report ends with its own list of the sources it cites (rag/research.py).
+_LISTS_ITS_SOURCES = re.compile(r"^## Sources$", re.M)
+
+
+def _message_lines(message: dict[str, Any]) -> list[str]:
+    """A message's text, its status when it did not end well, and its sources as a list."""
+    content = message["content"].rstrip()
+    lines = [content or "*(no text)*", ""]
+    if message["status"] not in ("complete", "streaming"):
+        error = message.get("error")
+        lines += [f"*({message['status']}{': ' + error if error else ''})*", ""]
+    if message["sources"] and not _LISTS_ITS_SOURCES.search(content):
+        lines += ["**Sources**", ""]
+        lines += [_source_line(source) for source in message["sources"]]
+        lines += [""]
+    return lines
+
+
+def reply_markdown(message: dict[str, Any]) -> str:
+    """One message (a reply, a research report) as a Markdown file of its own."""
+    return "\n".join(_message_lines(message)).rstrip() + "\n"
 
 
 def chat_markdown(export: dict[str, Any]) -> str:
@@ -273,16 +297,7 @@ def chat_markdown(export: dict[str, Any]) -> str:
     for message in _branch(chat):
         role = "You" if message["role"] == "user" else "Assistant"
         lines += ["---", "", f"### {role} · {_when(message['sent_at'])}", ""]
-        lines += [message["content"].rstrip() or "*(no text)*", ""]
-        if message["status"] not in ("complete", "streaming"):
-            lines += [
-                f"*({message['status']}{': ' + message['error'] if message['error'] else ''})*",
-                "",
-            ]
-        if message["sources"]:
-            lines += ["**Sources**", ""]
-            lines += [_source_line(source) for source in message["sources"]]
-            lines += [""]
+        lines += _message_lines(message)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -263,7 +263,8 @@ RESEARCH_PLAN_INSTRUCTIONS = """\
 You plan web research for a question. Split it into the separate facts to look up: at most \
 {limit} short sub-questions, one per part of the question, each complete on its own (it names its \
 subject: no "it", "he" or "they"). A simple question is one sub-question. The context is the \
-conversation so far, for what the question refers to.
+conversation so far, for what the question refers to; the memories are what the user told \
+you before (their city, their job…): use them to make a sub-question concrete.
 Reply with JSON only, no other text: {{"sub_questions": ["<sub-question>", ...]}}"""
 
 RESEARCH_CHECK_INSTRUCTIONS = f"""\
@@ -275,13 +276,15 @@ Reply with JSON only, no other text: {{{{"answered": [<numbers of the sub-questi
 """
 
 
-def research_plan_request(question: str, context: str, limit: int) -> list[dict[str, str]]:
+def research_plan_request(
+    question: str, context: str, limit: int, memories: list[str] | None = None
+) -> list[dict[str, str]]:
+    parts = [block("context", context or "(none)")]
+    if memories:
+        parts.append(block("memories", "\n".join(f"- {memory}" for memory in memories)))
     return [
         {"role": "system", "content": RESEARCH_PLAN_INSTRUCTIONS.format(limit=limit)},
-        {
-            "role": "user",
-            "content": f"{block('context', context or '(none)')}\n\n{block('question', question)}",
-        },
+        {"role": "user", "content": "\n\n".join([*parts, block("question", question)])},
     ]
 
 

@@ -48,6 +48,17 @@ async def asked_for(db: Db, user_message_id: uuid.UUID) -> tuple[bool, str]:
     return (bool(row["use_web"]), row["mode"]) if row else (False, "chat")
 
 
+async def wrote_research(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> bool:
+    """Whether this message of this chat is a reply written by a research turn (a report)."""
+    row = await fetch_one(
+        db,
+        "SELECT 1 AS found FROM messages AS m JOIN turns AS t ON t.run_id = m.run_id"
+        " WHERE m.message_id = %s AND m.chat_id = %s AND t.mode = 'research'",
+        (message_id, chat_id),
+    )
+    return row is not None
+
+
 # `(seq, event)` pairs of one turn; a pair stored already (a retried write) is left as it was.
 _INSERT_EVENTS = (
     "INSERT INTO turn_events (run_id, seq, event)"

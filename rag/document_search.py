@@ -31,6 +31,8 @@ from core.memory_search import LEXEME_QUERY, ef_search_sql
 from core.memory_store import ITERATIVE_SCAN_SQL, QueryEmbedder, check_embedding
 from rag.ranker import RRF_K
 
+PASSAGE_CHARS = 600  # of a passage's text kept in the saved source, for its preview
+
 CANDIDATES = 40  # from the words half
 # From the meaning half. One user's chunks among many: pgvector's iterative scan visits about
 # (candidates / the user's share) index entries and their table rows, mostly out of the CPU's
@@ -122,6 +124,32 @@ class FoundChunk:
     content: str  # the chunk's text, its `[Page: … | Section: …]` header line included
     similarity: float
     score: float
+
+    @property
+    def url(self) -> str:
+        """Where its citation leads: the document viewer, at the passage (and page)."""
+        page = f"&page={self.page}" if self.page is not None else ""
+        return f"#/documents/{self.document_id}?chunk={self.chunk_id}{page}"
+
+    @property
+    def title(self) -> str:
+        return f"{self.filename}, page {self.page}" if self.page is not None else self.filename
+
+    def source(self, n: int) -> dict[str, Any]:
+        """The passage as numbered source `n` (the shape web sources have, plus where it is):
+        saved with the reply, it opens the file there even after the file is deleted."""
+        body = self.content.split("\n", 1)[1] if "\n" in self.content else self.content
+        return {
+            "n": n,
+            "kind": "document",
+            "title": self.title,
+            "url": self.url,
+            "document_id": str(self.document_id),
+            "chunk_id": str(self.chunk_id),
+            "page": self.page,
+            "section": self.heading,
+            "text": body[:PASSAGE_CHARS],
+        }
 
 
 async def search_documents(

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -37,7 +37,8 @@ from core.prompts import (
 from core.tracing import span
 from rag.chunk_judge import json_object_in
 from rag.citations import CitationNormalizer
-from rag.md_chunker import budget_for, chunk_pages
+from rag.document_search import FoundChunk
+from rag.md_chunker import Chunk, budget_for, chunk_pages
 from rag.ranker import RankedChunk, rank_chunks
 from rag.search_providers import SearchError, SearchProvider, SearchResult
 from rag.web_rag import RESULTS_PER_SEARCH, RoundResult, Source, numbered_sources
@@ -49,6 +50,7 @@ _CITATION = re.compile(r"\[(\d+)\]")
 # A sentence ends at . ! or ? followed by its citations and a space (or the end of the line).
 _SENTENCE = re.compile(r"(.+?[.!?](?:\s?\[\d+\])*)(?=\s|$)")
 TITLE_CHARS = 100
+DOCUMENT_PASSAGES = 2  # of the user's documents, at most, per sub-question
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,23 @@ class Research:
     metadata: Callable[[str], dict[str, Any]]
     embedding_cache: dict[str, Any] = field(default_factory=dict)
     answered: Callable[[Any], Any] = lambda response: None
+    # The user's documents, searched for each sub-question (None: they have none ready), and what
+    # they told before (recalled memories), which the plan reads to make sub-questions concrete.
+    documents: Callable[[str, int], Awaitable[list[FoundChunk]]] | None = None
+    memories: list[str] = field(default_factory=list)
     searches: int = 0  # made so far (for the log and the evals)
+    # What the report has so far, for `report_so_far`: the plan, the text of each part being
+    # written (by sub-question), the sources published.
+    questions: list[str] = field(default_factory=list)
+    written: dict[int, list[str]] = field(default_factory=dict)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    # The documents' passages found for each sub-question (first in its best chunks), by url.
+    passages: dict[str, FoundChunk] = field(default_factory=dict)
 
     async def run(self) -> RoundResult:
         started = time.monotonic()
         with span("research plan"):
-            questions = await self._plan()
+            questions = self.questions = await self._plan()
         self.step(f"Research plan: {len(questions)} sub-question{'s' * (len(questions) > 1)}")
         for n, question in enumerate(questions, 1):
             self.step(f"{n}. {question}")
@@ -90,12 +103,15 @@ class Research:
         chunks: list[Any] = []
         best: dict[int, list[RankedChunk]] = {}
         open_ = list(range(len(questions)))
+        in_documents = await self._search_documents(questions)
         for round_ in range(1, self.budget.rounds + 1):
             if round_ > 1 and time.monotonic() - started > self.budget.seconds:
                 self.step("Out of research time: writing the report from what was found")
                 break
             with span(f"research round {round_}", open=len(open_)):
                 await self._search(questions, open_, round_, pages, chunks, best)
+                for i in open_:
+                    best[i] = in_documents.get(i, []) + best[i]
                 answered = await self._check(questions, open_, best)
             open_ = [i for i in open_ if i not in answered]
             done = len(questions) - len(open_)
@@ -110,12 +126,15 @@ class Research:
             len(questions), len(found), self.searches, len(pages), len(sources),
             time.monotonic() - started,
         )  # fmt: skip
-        public = [s.public() for s in sources]
+        public = self.sources = [
+            self.passages[s.url].source(s.n) if s.url in self.passages else s.public()
+            for s in sources
+        ]
         self.publish_sources(public)  # before the report's first token: [n] links as it streams
         with span("research report"):
             sections = await asyncio.gather(
                 *(
-                    self._write_part(k, len(found), questions[i], best[i], sources)
+                    self._write_part(k, len(found), i, best[i], sources)
                     for k, i in enumerate(found, 1)
                 )
             )
@@ -133,7 +152,7 @@ class Research:
         try:
             response = await self.router.acompletion(
                 model="utility",
-                messages=research_plan_request(self.question, self.context, limit),
+                messages=research_plan_request(self.question, self.context, limit, self.memories),
                 temperature=0,
                 max_tokens=400,
                 metadata=self.metadata("research plan"),
@@ -146,6 +165,25 @@ class Research:
             log.info("Research: no usable plan; researching the question as it is")
             questions = [self.question[:MAX_SUB_QUESTION_CHARS]]
         return questions
+
+    async def _search_documents(self, questions: list[str]) -> dict[int, list[RankedChunk]]:
+        """The user's documents' best passages for each sub-question (by index): read once, as
+        they do not change between rounds, and put first among the sub-question's chunks."""
+        if self.documents is None:
+            return {}
+        try:
+            found = await asyncio.gather(*(self.documents(q, DOCUMENT_PASSAGES) for q in questions))
+        except Exception as error:  # the web still answers
+            log.warning("Research: document search failed (%s: %s)", type(error).__name__, error)
+            return {}
+        ranked: dict[int, list[RankedChunk]] = {}
+        for i, passages in enumerate(found):
+            ranked[i] = [RankedChunk(_as_chunk(p), p.score, k) for k, p in enumerate(passages, 1)]
+            self.passages.update((p.url, p) for p in passages)
+        if self.passages:
+            count = len(self.passages)
+            self.step(f"Found {count} passage{'s' * (count > 1)} in your documents")
+        return ranked
 
     async def _search(
         self,
@@ -166,10 +204,11 @@ class Research:
             + (f" (round {round_})" if round_ > 1 else "")
         )
         found = await asyncio.gather(*(self._one_search(q) for q in queries))
-        new = [r for results in found for r in results if r.url not in pages]
-        for result in new:
-            pages.setdefault(result.url, result)
-        new = [r for r in new if pages[r.url] is r]  # one copy of a page two searches found
+        new = []  # the pages not read before (one copy of a page two searches found)
+        for result in (result for results in found for result in results):
+            if result.url not in pages:
+                pages[result.url] = result
+                new.append(result)
         if new:
             chunks.extend(
                 await asyncio.to_thread(
@@ -217,12 +256,28 @@ class Research:
             return set(open_)
         return {open_[n - 1] for n in numbers}
 
+    def report_so_far(self) -> str:
+        """The report of a research stopped before its end ("" before there is a plan): the parts
+        written so far (the last ones cut where they were), the sub-questions it did not get to,
+        and the sources those parts cite."""
+        if not self.questions:
+            return ""
+        sections = [
+            (question, "".join(self.written[i]).strip())
+            for i, question in enumerate(self.questions)
+            if "".join(self.written.get(i, [])).strip()
+        ]
+        done = {question for question, _ in sections}
+        missing = [question for question in self.questions if question not in done]
+        return _report(self.question, sections, missing, self.sources, stopped=True)
+
     async def _write_part(
-        self, k: int, parts: int, question: str, ranked: list[RankedChunk], sources: list[Source]
+        self, k: int, parts: int, i: int, ranked: list[RankedChunk], sources: list[Source]
     ) -> str:
-        """One section: the sub-question answered from its own best chunks, cited with the
+        """One section: sub-question `i` answered from its own best chunks, cited with the
         report's source numbers. Written whole before anything streams: the report starts with
         the short answer, drawn from every section."""
+        question = self.questions[i]
         self.step(f"Writing part {k} of {parts}: {question}")
         by_url = {source.url: source for source in sources}
         texts: dict[int, list[str]] = {}
@@ -237,7 +292,7 @@ class Research:
         )
         self.answered(stream)
         citations = CitationNormalizer(len(sources))
-        written: list[str] = []
+        written = self.written[i] = []
         async for chunk in stream:
             piece = chunk.choices[0].delta.content if chunk.choices else None
             if piece:
@@ -271,6 +326,11 @@ def parse_answered(text: str, count: int) -> set[int] | None:
     return {n for n in numbers if type(n) is int and 1 <= n <= count}
 
 
+def _as_chunk(passage: FoundChunk) -> Chunk:
+    """A document's passage as a chunk of a page: numbered and read like the web's."""
+    return Chunk(passage.content, passage.url, passage.title, passage.heading, 0, -1)
+
+
 def _merged(best: dict[int, list[RankedChunk]], count: int) -> list[Any]:
     """The best chunks of every sub-question, interleaved by rank (each sub-question's best first),
     each chunk once: a source's number follows its best chunk's place."""
@@ -292,19 +352,31 @@ def _report(
     sections: list[tuple[str, str]],
     missing: list[str],
     sources: list[dict[str, Any]],
+    *,
+    stopped: bool = False,
 ) -> str:
     """The report in Markdown: a title, the short answer (each section's first sentence), a
-    section per answered sub-question, "Not found", and the cited sources only."""
+    section per answered sub-question, "Not found", and the cited sources only. `stopped`: the
+    report so far of a research stopped before its end, said instead of the short answer."""
     title = " ".join(question.split())
     if len(title) > TITLE_CHARS:
         title = title[:TITLE_CHARS].rsplit(" ", 1)[0] + "…"
-    firsts = [_first_sentence(text) for _, text in sections]
-    short = " ".join(f for f in firsts if f) or "The sources found do not answer this question."
-    parts = [f"# {title}", f"**Short answer:** {short}"]
+    if stopped:
+        lead = "_Stopped before the research was finished: the report so far._"
+    else:
+        firsts = [_first_sentence(text) for _, text in sections]
+        short = " ".join(f for f in firsts if f) or "The sources found do not answer this question."
+        lead = f"**Short answer:** {short}"
+    parts = [f"# {title}", lead]
     parts += [f"## {sub_question}\n\n{text}" for sub_question, text in sections]
     if missing:
         listing = "\n".join(f"- {sub_question}" for sub_question in missing)
-        parts.append(f"## Not found\n\nNo source found answers:\n\n{listing}")
+        heading, says = (
+            ("Not finished", "Not researched to the end")
+            if stopped
+            else ("Not found", "No source found answers")
+        )
+        parts.append(f"## {heading}\n\n{says}:\n\n{listing}")
     cited = {int(n) for _, text in sections for n in _CITATION.findall(text)}
     listed = [s for s in sources if s["n"] in cited]
     if listed:
@@ -323,5 +395,7 @@ def _first_sentence(text: str) -> str:
 
 def _link(source: dict[str, Any]) -> str:
     title = " ".join(str(source["title"]).split()).replace("[", "(").replace("]", ")")
+    if source.get("kind") == "document":  # its [n] open it in the app; a link out of it won't
+        return f"{title} (your document)"
     url = str(source["url"]).replace("(", "%28").replace(")", "%29").replace(" ", "%20")
     return f"[{title}]({url})"

@@ -423,9 +423,18 @@ def test_the_markdown_lists_a_reply_s_sources() -> None:
         ],
     }
     text = data_transfer.chat_markdown(export)
-    assert "**Sources**\n\n- [Météo \\[Lyon\\]](https://example.org/a(b%29)\n" in text
-    assert "- notes.pdf, page 2\n" in text  # an in-app link is no use outside the app
+    listed = "**Sources**\n\n- [1] [Météo \\[Lyon\\]](https://example.org/a(b%29)\n"
+    assert listed in text
+    assert "- [2] notes.pdf, page 2\n" in text  # an in-app link is no use outside the app
     assert "*(interrupted)*" in text
+    # One reply on its own: its text, then the same list.
+    reply = export["chats"][0]["messages"][1]
+    assert data_transfer.reply_markdown(reply) == (
+        "Sunny [1].\n\n*(interrupted)*\n\n" + listed + "- [2] notes.pdf, page 2\n"
+    )
+    # A research report lists its cited sources itself: not twice.
+    report = {**reply, "status": "complete", "content": "# R\n\nSunny [1].\n\n## Sources\n\n[1] x"}
+    assert data_transfer.reply_markdown(report) == report["content"] + "\n"
 
 
 async def test_a_chatgpt_export_imports_the_current_branches_and_they_continue(

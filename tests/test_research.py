@@ -6,8 +6,10 @@ round), report.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +18,13 @@ import httpx
 import pytest
 
 from chat.nodes import research_budget
+from core import memory_store
 from core.config import Settings
 from core.llm_router import ModelPlan
 from core.services import Services
 from rag.research import parse_answered, parse_plan
 from tests.chat_client import messages_of, read_events, send, serve
+from tests.test_documents import processed, upload
 from tests.test_web_search import pages_dir, web_services  # noqa: F401 (pages_dir: a fixture)
 
 WARSAW = "How many people live in Warsaw?"
@@ -116,6 +120,22 @@ async def test_a_two_part_question_gets_a_cited_report(client, model) -> None:
     assert saved["content"] == report  # what streamed is what is saved
     assert saved["sources"] == sources
 
+    # The report as a Markdown file of its own (it lists its sources itself).
+    chat_id = events[0]["chat_id"]
+    exported = await client.get(f"/api/chats/{chat_id}/messages/{saved['message_id']}/export")
+    assert exported.status_code == 200, exported.text
+    assert exported.headers["content-type"].startswith("text/markdown")
+    assert exported.headers["content-disposition"].startswith(
+        'attachment; filename="answer-all-how-many-people-live-in-warsaw-how-long-does-the-'
+    )
+    assert exported.text == report + "\n"
+    for path in (
+        f"/api/chats/{chat_id}/messages/{uuid.uuid4()}/export",
+        f"/api/chats/{uuid.uuid4()}/messages/{saved['message_id']}/export",
+    ):
+        missing = await client.get(path)
+        assert missing.status_code == 404 and missing.json()["error"], missing.text
+
 
 async def test_an_unanswered_sub_question_is_searched_again_then_reported_not_found(
     client, model
@@ -136,6 +156,128 @@ async def test_an_unanswered_sub_question_is_searched_again_then_reported_not_fo
     text = tokens(events)
     assert f"## Not found\n\nNo source found answers:\n\n- {unknown}" in text
     assert text.index(f"## {WARSAW}") < text.index("## Not found") < text.index("## Sources")
+
+
+async def test_stop_while_the_report_is_written_saves_the_report_so_far(client, model) -> None:
+    slow = " ".join(f"day{i}" for i in range(60))
+    model.push(plan(WARSAW, ZORBLAX), answered(1, 2))
+
+    def answer(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if ZORBLAX in messages[-1]["content"].rsplit("<question>", 1)[1]:
+            return {"text": f"The Zorblax festival lasts [2] {slow}", "delay": 0.1}
+        return {"text": "About 1.7 million people live in Warsaw [1]."}
+
+    model.responder = answer
+    asked = f"Answer all: {WARSAW} {ZORBLAX}"
+    async with client.stream(
+        "POST", "/api/messages", json={"content": asked, "mode": "research"}
+    ) as response:
+        events: list[dict[str, Any]] = []
+        async for event in read_events(response):
+            events.append(event)
+            if event["type"] == "chat":
+                chat_id = event["chat_id"]
+            elif event["type"] == "step" and event["text"].startswith("Writing part 2"):
+                await asyncio.sleep(1.5)  # part 1 written, part 2 a few words in
+                assert (await client.post(f"/api/chats/{chat_id}/stop")).status_code == 200
+    assert events[-1]["type"] == "interrupted"
+    report = tokens(events)
+    assert report.startswith(f"# {asked}\n\n_Stopped before the research was finished")
+    assert f"## {WARSAW}\n\nAbout 1.7 million people live in Warsaw [1]." in report
+    assert f"## {ZORBLAX}\n\nThe Zorblax festival lasts [2] day0" in report
+    assert "day59" not in report  # cut where it was stopped
+    assert "## Sources\n\n[1] [Warsaw](" in report and "[2] [Zorblax festival](" in report
+    saved = (await messages_of(client, chat_id))[1]
+    assert saved["status"] == "interrupted"
+    assert saved["content"] == report  # what streamed is what is saved
+    sources = next(e for e in events if e["type"] == "sources")["sources"]
+    assert saved["sources"] == sources  # its [n] still lead somewhere
+    # Its text is assembled from parts: Regenerate researches again, Continue is refused.
+    assert saved["mode"] == "research"
+    refused = await client.post(f"/api/chats/{chat_id}/messages/{saved['message_id']}/continue")
+    assert refused.status_code == 409 and "Regenerate" in refused.json()["error"]
+
+
+async def test_stop_while_searching_saves_the_plan_as_not_researched(client, model) -> None:
+    model.push(plan(WARSAW, STEAM), {"text": json.dumps({"answered": [1]}), "delay": 0.5})
+    async with client.stream(
+        "POST", "/api/messages", json={"content": f"{WARSAW} {STEAM}", "mode": "research"}
+    ) as response:
+        events = []
+        async for event in read_events(response):
+            events.append(event)
+            if event["type"] == "chat":
+                chat_id = event["chat_id"]
+            elif event["type"] == "step" and event["text"].startswith("Reading "):
+                assert (await client.post(f"/api/chats/{chat_id}/stop")).status_code == 200
+    report = tokens(events)
+    assert f"## Not finished\n\nNot researched to the end:\n\n- {WARSAW}\n- {STEAM}" in report
+    assert "## Sources" not in report  # nothing cited yet
+    assert (await messages_of(client, chat_id))[1]["content"] == report
+
+
+async def test_a_part_that_fails_ends_the_report_with_an_error_keeping_what_was_written(
+    client, model
+) -> None:
+    model.push(plan(WARSAW, ZORBLAX), answered(1, 2))
+
+    def answer(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if ZORBLAX in messages[-1]["content"].rsplit("<question>", 1)[1]:
+            return {"text": "The Zorblax festival", "delay": 0.5, "error": "the provider is down"}
+        return {"text": "About 1.7 million people live in Warsaw [1]."}
+
+    model.responder = answer
+    events = await research(client, f"{WARSAW} {ZORBLAX}")
+    assert events[-1]["type"] == "error"
+    report = tokens(events)
+    assert f"## {WARSAW}\n\nAbout 1.7 million people live in Warsaw [1]." in report
+    assert f"## {ZORBLAX}\n\nThe Zorblax festival" in report  # cut where it failed
+    saved = (await messages_of(client, events[0]["chat_id"]))[1]
+    assert (saved["status"], saved["content"]) == ("error", report)
+
+
+async def test_research_reads_the_users_documents_and_what_they_told_before(
+    client, model, chat_services: Services
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    town = f"{tag}ville"
+    model.push({"text": "Noted."})
+    told = await send(client, f"I live in {town} and take the ferry to work.")
+    said = (await messages_of(client, told[0]["chat_id"]))[0]
+    fact = f"Lives in {town} and takes the ferry to work"
+    memory = await memory_store.save_grounded_memory(
+        chat_services.database.pool, chat_services.embedder, fact,
+        f"I live in {town} and take the ferry to work", uuid.UUID(said["message_id"]),
+    )  # fmt: skip
+    guide = (
+        f"# The {town} ferry\n\nThe {town} ferry leaves pier 4 at 7:15 every morning and"
+        " crosses the bay in 40 minutes.\n"
+    )
+    uploaded = await upload(client, f"{tag}-ferry.md", guide.encode())
+    assert uploaded.status_code == 201, uploaded.text
+    document_id = uploaded.json()["document_id"]
+    try:
+        assert (await processed(client, document_id))["status"] == "ready"
+        ferry = f"When does the {town} ferry leave?"
+        model.push(plan(ferry, WARSAW), answered(1, 2))
+        model.responder = writer({ferry: "At 7:15 from pier 4 [1].", WARSAW: "1.7 million [2]."})
+        events = await research(client, f"When does the ferry where I live leave? And {WARSAW}")
+    finally:  # the user's memories and documents are every test's
+        await client.delete(f"/api/memories/{memory.memory['memory_id']}")
+        await client.delete(f"/api/documents/{document_id}")
+    utility = [c["messages"][-1]["content"] for c in model.calls if c["model"] == "utility"]
+    assert f"<memories>\n- {fact}" in utility[0]  # the plan knows where "where I live" is
+    assert "Found 1 passage in your documents" in steps(events)
+    sources = next(e for e in events if e["type"] == "sources")["sources"]
+    mine = next(s for s in sources if s.get("kind") == "document")
+    assert mine["title"] == f"{tag}-ferry.md" and "7:15" in mine["text"]
+    assert mine["url"].startswith(f"#/documents/{document_id}?chunk=")
+    # The check and the ferry's part read the passage, as one of the numbered sources.
+    assert f'<source n="{mine["n"]}" title="{tag}-ferry.md">' in utility[1]
+    parts = [c["messages"][-1]["content"] for c in model.calls if c["model"] == "chat"]
+    assert "leaves pier 4 at 7:15" in next(p for p in parts if ferry in p)
+    # The user's own passage comes first: cited [1], listed as a document of theirs.
+    assert mine["n"] == 1 and f"[1] {tag}-ferry.md (your document)" in tokens(events)
 
 
 async def test_an_unusable_plan_researches_the_question_itself(client, model) -> None:
@@ -187,6 +329,8 @@ async def test_a_chat_message_is_not_research(client, model) -> None:
     events = await send(client, "Hello")
     assert not any(s.startswith("Research plan") for s in steps(events))
     assert [c["model"] for c in model.calls] == ["chat"]
+    saved = await messages_of(client, events[0]["chat_id"])
+    assert [m["mode"] for m in saved] == ["chat", "chat"]
 
 
 def test_the_local_model_researches_less(settings: Settings) -> None:

@@ -875,6 +875,29 @@ async def test_research_mode_shows_its_plan_and_a_report_with_working_citations(
         await expect(reply.locator(".step-text")).to_contain_text(
             ["Research plan: 2 sub-questions", "1. Where does tram 28 run?", "2. Who drives it?"]
         )
+
+        # Download: the report as the Markdown file the server makes of it.
+        async with page.expect_download() as caught:
+            await reply.get_by_role("link", name="Download as Markdown").click()
+        download = await caught.value
+        assert download.suggested_filename.startswith("where-does-tram-28-run-and-who-drives-it-")
+        exported = await asyncio.to_thread(Path(await download.path()).read_text)
+        assert exported == saved["content"] + "\n"
+
+        # Print: the print style shows this reply alone, without the app around it.
+        await page.evaluate("() => { window.print = () => { window.printed = true; }; }")
+        await reply.get_by_role("button", name="Print").click()
+        assert await page.evaluate("() => window.printed") is True
+        await page.emulate_media(media="print")
+        question = page.locator(".msg-user")
+        await expect(question).to_be_hidden()
+        await expect(page.locator("#sidebar")).to_be_hidden()
+        await expect(page.locator("#composer")).to_be_hidden()
+        await expect(markdown.locator("h1")).to_be_visible()
+        await expect(reply.locator(".msg-actions")).to_be_hidden()
+        await page.evaluate("() => window.dispatchEvent(new Event('afterprint'))")
+        await expect(question).to_be_visible()  # printing the page prints the whole chat
+        await page.emulate_media(media="screen")
     finally:
         await context.close()
 

@@ -25,7 +25,6 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from chat.document_recall import document_source
 from core.services import Services
 from evals.pdf_pages import pdf_with_pages, wrap
 from rag.document_search import FoundChunk
@@ -307,7 +306,7 @@ async def cited_document(url: str, tag: str) -> tuple[dict[str, Any], dict[str, 
         similarity=0.8,
         score=0.8,
     )
-    return document, document_source(1, found)
+    return document, found.source(1)
 
 
 async def test_a_document_citation_previews_and_opens_the_passage_in_the_viewer(

@@ -9,6 +9,7 @@
 // asks the server to stop, so it works from any tab.
 
 import { api, continueMessage, editMessage, followReply, postMessage, regenerateMessage } from "./api.js";
+import { messageExportHref } from "./data-transfer.js";
 import { showSummary } from "./dialogs.js";
 import { announce, el, toast } from "./dom.js";
 import { AssistantMessage, highlightMessage, replyDuration, userMessage } from "./messages.js";
@@ -273,8 +274,10 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
       let saved = null;
       const onRetry = isLast && asked ? () => retry(asked.message_id, null, saved.root) : null;
       const onRegenerate = asked && message.status !== "error" ? () => retry(message.message_id, null, saved.root) : null;
-      const onContinue = isLast ? () => resume(message.message_id, saved.root) : null;
-      saved = AssistantMessage.fromSaved(message, { totalMs: replyDuration(asked, message), onRetry, onRegenerate, onContinue, onPick });
+      // A research report is assembled from parts: Regenerate researches again instead.
+      const onContinue = isLast && message.mode !== "research" ? () => resume(message.message_id, saved.root) : null;
+      const exportHref = messageExportHref(shown.chatId, message.message_id);
+      saved = AssistantMessage.fromSaved(message, { totalMs: replyDuration(asked, message), onRetry, onRegenerate, onContinue, onPick, exportHref });
       nodes.push(saved.root);
     });
     messagesBox.replaceChildren(...(nodes.length ? nodes : [emptyState()]));
@@ -512,6 +515,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
         turn.completed = true;
         turn.messageId = event.message_id;
         turn.view.root.dataset.messageId = event.message_id;
+        turn.view.exportHref = messageExportHref(turn.chatId, event.message_id);
         turn.view.setModel(event.model_name, event.notes);
         offerNewVersions(turn);
         turn.view.complete("complete", elapsed(turn));

@@ -24,6 +24,11 @@ export function chatExportHref(chatId, format) {
   return `/api/chats/${encodeURIComponent(chatId)}/export?format=${format}`;
 }
 
+/** One message (a reply, a research report) as a Markdown file. */
+export function messageExportHref(chatId, messageId) {
+  return `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}/export`;
+}
+
 /** Download every chat, memory, preference and document's metadata as one JSON file. */
 export function exportEverything() {
   download("/api/export");

@@ -143,6 +143,7 @@ export class AssistantMessage {
     this.actions = el("div", { class: "msg-actions", hidden: true });
     this.onRegenerate = null; // () => …: answer the question again, as another version
     this.onContinue = null; // () => …: go on with a stopped reply from where it ended
+    this.exportHref = null; // the saved reply as a Markdown file (Download and Print are offered)
     this.switcher = null; // ‹ 2/3 › when the question has several replies
     this.root = el(
       "article",
@@ -159,8 +160,9 @@ export class AssistantMessage {
 
   /** A reply as saved on the server. `onRegenerate` offers Regenerate; `onPick(id)` switches
    *  between its `versions`. */
-  static fromSaved(message, { totalMs, onRetry, onRegenerate = null, onContinue = null, onPick = null } = {}) {
+  static fromSaved(message, { totalMs, onRetry, onRegenerate = null, onContinue = null, onPick = null, exportHref = null } = {}) {
     const view = new AssistantMessage();
+    view.exportHref = exportHref;
     view.onRegenerate = onRegenerate;
     view.onContinue = onContinue;
     view.switcher = versionSwitch(message.versions, message.message_id, onPick);
@@ -255,6 +257,7 @@ export class AssistantMessage {
     }
     const parts = [];
     if (this.text.trim()) parts.push(copyButton("Copy", "Copy message", () => this.text));
+    if (this.text.trim() && this.exportHref) parts.push(...this.fileActions());
     if (status === "interrupted") {
       parts.push(el("span", { class: "badge badge-interrupted", title: "The reply was stopped before it was finished" }, icon("stop"), "Interrupted"));
       if (this.onContinue && this.text.trim()) {
@@ -270,6 +273,14 @@ export class AssistantMessage {
       parts.push(el("span", { class: "badge badge-interrupted", title: "Reload to see the rest" }, "Still being written"));
     }
     this.setActions(parts);
+  }
+
+  /** Download (the reply as a Markdown file, its sources listed) and Print (this reply alone). */
+  fileActions() {
+    const save = el("a", { class: "action-button download-button", href: this.exportHref, download: "", "aria-label": "Download as Markdown", title: "Download as Markdown" }, icon("download"));
+    const print = el("button", { type: "button", class: "action-button print-button", "aria-label": "Print", title: "Print this reply" }, icon("print"));
+    print.addEventListener("click", () => printAlone(this.root));
+    return [save, print];
   }
 
   /** Copy or the status first, then Regenerate and the version switch when there are. */
@@ -315,6 +326,18 @@ export class AssistantMessage {
   dropRetry() {
     this.statusBox.querySelector(".retry-button")?.remove();
   }
+}
+
+/** Print one message: the print style shows it alone (with its sources) while the dialog is open. */
+function printAlone(root) {
+  document.body.classList.add("printing-one");
+  root.classList.add("print-this");
+  const done = () => {
+    document.body.classList.remove("printing-one");
+    root.classList.remove("print-this");
+  };
+  window.addEventListener("afterprint", done, { once: true });
+  window.print();
 }
 
 /** The source numbers the rendered reply cites: its `[n]` links. */
