@@ -5,7 +5,11 @@ A reply's events (chat/nodes.py: `token`, `sources`, `memories`, `done`…) beco
 `chat.completion.chunk`s; ResolveAI's own facts ride along in an extension field, `resolveai`
 (`chat_id`, `message_id`, `status`, `sources`, `memories`), on the completion and on the chunk
 that carries `finish_reason`. A reply that cites sources ends with them as a Markdown list, so a
-client that knows nothing of `resolveai` still shows where the answer came from.
+client that knows nothing of `resolveai` still shows where the answer came from (a research
+report lists them itself).
+
+Two models: `resolveai` answers as the browser's chat does, `resolveai-research` writes a research
+report (the browser's Research toggle), so a client's model picker offers both.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from pydantic import BaseModel, Field
 log = logging.getLogger("resolveai.openai")
 
 MODEL_ID = "resolveai"
+RESEARCH_MODEL_ID = "resolveai-research"
+MODES = {MODEL_ID: "chat", RESEARCH_MODEL_ID: "research"}  # model id → the turn's mode
 CREATED = 1_767_225_600  # 2026-01-01: the model's "created" date (OpenAI lists one)
 COUNTING_MODEL = "gpt-4o"  # whose tokenizer (bundled with LiteLLM, offline) counts usage
 
 
-def model_card() -> dict[str, Any]:
-    return {"id": MODEL_ID, "object": "model", "created": CREATED, "owned_by": "resolveai"}
+def model_card(model_id: str = MODEL_ID) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": CREATED, "owned_by": "resolveai"}
 
 
 def sources_text(sources: list[dict[str, Any]]) -> str:
@@ -74,6 +80,11 @@ class ReplyState:
         self.memories: list[dict[str, Any]] = []
         self.message_id: str | None = None
         self.status = "streaming"
+        self.lists_sources = MODES.get(model) == "research"  # a report ends with its own list
+
+    def sources_footer(self) -> str:
+        """The sources as the end of the reply's text ("" when it lists them itself)."""
+        return "" if self.lists_sources else sources_text(self.sources)
 
     def note(self, event: dict[str, Any]) -> str | None:
         """Take one event of the reply in; the text it adds to the reply, if any."""

@@ -36,7 +36,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from chat import openai_format
 from chat.auth import user_of
-from chat.openai_format import MODEL_ID, ReplyState, model_card
+from chat.openai_format import MODES, ReplyState, model_card
 from chat.routes import HEARTBEAT_SECONDS, _within_limits, jobs_of, services_of
 from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, start_turn, title_from
 from chat.turn_jobs import TurnJob
@@ -103,8 +103,8 @@ class ChatCompletionIn(BaseModel):
 
     # The schema names the one model; another is a 404 (model_not_found), as OpenAI answers.
     model: str = Field(
-        max_length=200, description=f"`{MODEL_ID}` (see GET /v1/models).",
-        json_schema_extra={"enum": [MODEL_ID]},
+        max_length=200, description="`resolveai`, or `resolveai-research` for a research report"
+        " (see GET /v1/models).", json_schema_extra={"enum": list(MODES)},
     )  # fmt: skip
     messages: list[CompletionMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: StrictBool = False
@@ -175,27 +175,30 @@ def _conversation(messages: list[CompletionMessage]) -> tuple[str, list[tuple[st
     return question, history
 
 
-def _check_model(model: str) -> None:
-    if model != MODEL_ID:
+def _mode_of(model: str) -> str:
+    """The turn's mode the model id asks for ("chat" or "research"); 404 for another id."""
+    if model not in MODES:
+        served = " and ".join(repr(m) for m in MODES)
         raise OpenAIError(
-            404, f"The model {model!r} does not exist; ResolveAI serves {MODEL_ID!r}.",
+            404, f"The model {model!r} does not exist; ResolveAI serves {served}.",
             param="model", code="model_not_found",
         )  # fmt: skip
+    return MODES[model]
 
 
 @router.get("/models", response_model=openai_format.ModelList)
 async def list_models() -> dict[str, Any]:
-    """The one model, `resolveai`: ResolveAI's whole flow (memory, documents, web search) on the
-    chat model of its MODELS_CONFIG."""
-    return {"object": "list", "data": [model_card()]}
+    """`resolveai`: ResolveAI's whole flow (memory, documents, web search) on the chat model of
+    its MODELS_CONFIG; `resolveai-research`: a cited report from several searches."""
+    return {"object": "list", "data": [model_card(model) for model in MODES]}
 
 
 @router.get(
     "/models/{model}", response_model=openai_format.ModelCard, responses=_error_statuses(404)
 )
 async def get_model(model: Annotated[str, Path(max_length=200)]) -> dict[str, Any]:
-    _check_model(model)
-    return model_card()
+    _mode_of(model)
+    return model_card(model)
 
 
 async def _seed_chat(
@@ -242,7 +245,7 @@ async def chat_completions(request: Request, body: ChatCompletionIn) -> Response
     which chat it goes to), streamed with `stream: true` (`stream_options.include_usage` adds a
     last chunk with the usage). 404: no such model or chat; 409: a reply is already being
     written in that chat; 429: past your message limits; 503: the model could not answer."""
-    _check_model(body.model)
+    mode = _mode_of(body.model)
     chat_header = _chat_header(request)
     options = body.resolveai or ResolveAIOptions()
     if chat_header and options.chat_id and chat_header != options.chat_id:
@@ -255,10 +258,10 @@ async def chat_completions(request: Request, body: ChatCompletionIn) -> Response
     question, history = _conversation(body.messages)
     use_web = options.use_web or any(t.function.name == "web_search" for t in body.tools or [])
     services = services_of(request)
-    if use_web and services.search_provider is None:
+    if (use_web or mode == "research") and services.search_provider is None:
         raise OpenAIError(
             400, f"Web search is not available: {services.features['web_search']}.",
-            param="tools", code="web_search_unavailable",
+            param="model" if mode == "research" else "tools", code="web_search_unavailable",
         )  # fmt: skip
     user = user_of(request)
     await _within_limits(request, user)  # 429 (rewritten into OpenAI's shape)
@@ -271,6 +274,7 @@ async def chat_completions(request: Request, body: ChatCompletionIn) -> Response
         turn = await start_turn(
             services, chat_id, question, use_web, user_id=user.user_id,
             temporary=options.temporary, wake_memory=request.app.state.memory_worker.wake,
+            mode=mode,
         )  # fmt: skip
         job = await jobs_of(request).start(turn)
     except BaseException as error:
@@ -309,8 +313,9 @@ async def _whole(
             error = event["message"]
     if error is not None:
         raise _failed(error, headers)
-    if reply.sources:
-        reply.text.append(openai_format.sources_text(reply.sources))
+    footer = reply.sources_footer()
+    if footer:
+        reply.text.append(footer)
     counted = await asyncio.to_thread(openai_format.usage, prompt, "".join(reply.text))
     return JSONResponse(reply.completion(counted), headers=headers)
 
@@ -364,7 +369,7 @@ async def _stream(
                 return
             if event["type"] in FINAL_EVENTS:
                 break
-        footer = openai_format.sources_text(reply.sources)
+        footer = reply.sources_footer()
         if footer:
             reply.text.append(footer)
             yield _data(reply.chunk({"content": footer}))

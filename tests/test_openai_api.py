@@ -73,11 +73,42 @@ async def extractions_done(services: Services) -> None:
 
 async def test_models_lists_resolveai(sdk: openai.AsyncOpenAI) -> None:
     listed = await sdk.models.list()
-    assert [m.id for m in listed.data] == ["resolveai"]
+    assert [m.id for m in listed.data] == ["resolveai", "resolveai-research"]
     assert (await sdk.models.retrieve("resolveai")).owned_by == "resolveai"
+    assert (await sdk.models.retrieve("resolveai-research")).id == "resolveai-research"
     with pytest.raises(openai.NotFoundError) as raised:
         await sdk.models.retrieve("gpt-4o")
     assert raised.value.code == "model_not_found"
+
+
+async def test_the_research_model_answers_with_a_cited_report(
+    sdk: openai.AsyncOpenAI, model: ScriptedProvider
+) -> None:
+    sub_question = "Which tram line is the best known in Lisbon?"
+    for stream in (False, True):
+        model.push(
+            {"text": json.dumps({"sub_questions": [sub_question]})},
+            {"text": json.dumps({"answered": [1]})},
+            {"text": "Tram 28 is the best known line [1]."},
+        )
+        asked = [{"role": "user", "content": "Which tram is Lisbon's best known?"}]
+        # Temporary: no memory extraction left running into the next test.
+        options = {"extra_body": {"resolveai": {"temporary": True}}}
+        if stream:
+            chunks = await sdk.chat.completions.create(
+                model="resolveai-research", messages=asked, stream=True, **options
+            )
+            text = "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+        else:
+            completion = await sdk.chat.completions.create(
+                model="resolveai-research", messages=asked, **options
+            )
+            text = completion.choices[0].message.content
+        assert [c["model"] for c in model.calls][-3:] == ["utility", "utility", "chat"]
+        assert text.startswith("# Which tram is Lisbon's best known?\n\n**Short answer:** Tram 28")
+        assert f"## {sub_question}\n\nTram 28 is the best known line [1]." in text
+        # Its sources are listed once: the report's own list, no second one under it.
+        assert text.count("[1] [") == 1 and text.index("## Sources") > text.index("[1].")
 
 
 async def test_a_completion_is_a_new_chat_seeded_with_the_earlier_messages(
@@ -345,7 +376,10 @@ async def test_password_mode_takes_personal_tokens_and_limits_replies(
             await wrong.models.list()
         assert refused.value.code == "invalid_api_key"
         signed = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0)
-        assert [m.id for m in (await signed.models.list()).data] == ["resolveai"]
+        assert [m.id for m in (await signed.models.list()).data] == [
+            "resolveai",
+            "resolveai-research",
+        ]
         model.push({"chunks": ["One", " slow", " reply."], "delay": 0.3})
         stream = await signed.chat.completions.with_raw_response.create(
             model="resolveai", messages=[{"role": "user", "content": "hi"}], stream=True
