@@ -152,7 +152,9 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     calls = state.get("model_calls", 0) + 1
     with_tools = turn.services.model_plan.capability("chat", "tools")
     names = offered_tool_names(turn)
-    links = links_in(state["user_text"]) if "fetch_url" in names and not turn.links_read else []
+    # A continued reply read them already: its [n] cite the pages as they were then.
+    unread = "fetch_url" in names and not turn.links_read and not turn.continues
+    links = links_in(state["user_text"]) if unread else []
     if links:
         # Links in the message are read before anything else, on every model: the user pointed
         # at them (a failed read comes back as the tool's error, and the turn goes on).

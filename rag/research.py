@@ -1,16 +1,21 @@
 """Research mode: a cited report from several searches, for questions with several parts.
 
-plan (the `utility` model splits the question into sub-questions) → a round: every open
-sub-question searched at once → the new pages chunked → the chunks ranked for each sub-question →
-one check (`utility`) of which sub-questions the best chunks answer → another round for those
-still open, within the budget (rounds, time) → the report.
+plan (the `utility` model splits the question into sub-questions, reading the chat before it and
+the memories recalled for it) → the user's documents searched for each sub-question → a round:
+every open sub-question searched at once → the new pages chunked → the chunks ranked for each
+sub-question (the documents' passages first) → one check (`utility`) of which sub-questions the
+best chunks answer → another round for those still open, within the budget (rounds, time) → the
+report. The last round has no check: its parts are written and say themselves what their sources
+lack (measured on the local model, the check turned down parts its sources answered).
 
 The report is assembled by code around what the `chat` model writes: a title; the short answer
 (each part's first sentence); one part per answered sub-question, each written from that
 sub-question's own best chunks with the web answer's prompt and the report's source numbers (a
 small model answers one focused question well, and a whole report's structure poorly: measured,
 the local model asked for the whole report copied its sources and its own "Sources" list into it);
-"## Not found" (the sub-questions no source answered); "## Sources" (the cited ones only).
+"## Not found" (the sub-questions no source answered); "## Sources" (the cited ones only). A part
+that cites nothing says which sources it read. Stopped (or failed) before the end, the report so
+far (`report_so_far`) is the reply.
 
 Same providers, chunker, ranker and source blocks as a web search (rag/web_rag.py). A failed plan
 or check falls back (the question as its one sub-question; every sub-question counted answered),
@@ -103,6 +108,7 @@ class Research:
         chunks: list[Any] = []
         best: dict[int, list[RankedChunk]] = {}
         open_ = list(range(len(questions)))
+        checked = True  # whether the check has judged what the last round found for `open_`
         in_documents = await self._search_documents(questions)
         for round_ in range(1, self.budget.rounds + 1):
             if round_ > 1 and time.monotonic() - started > self.budget.seconds:
@@ -112,17 +118,24 @@ class Research:
                 await self._search(questions, open_, round_, pages, chunks, best)
                 for i in open_:
                     best[i] = in_documents.get(i, []) + best[i]
+                if round_ == self.budget.rounds:
+                    # No round follows: the check would decide nothing a part cannot. Each part
+                    # is written and says itself what its sources lack (measured: the local
+                    # model's check turned down parts its sources answered).
+                    checked = False
+                    break
                 answered = await self._check(questions, open_, best)
             open_ = [i for i in open_ if i not in answered]
             done = len(questions) - len(open_)
             self.step(f"{done} of {len(questions)} sub-questions answered")
             if not open_:
                 break
-        found = [i for i in range(len(questions)) if i not in open_ and best.get(i)]
-        missing = [questions[i] for i in range(len(questions)) if i not in found]
+        found = [
+            i for i in range(len(questions)) if (i not in open_ or not checked) and best.get(i)
+        ]
         sources, _ = numbered_sources(_merged(best, len(questions)))
         log.info(
-            "Research: %d sub-questions, %d answered, %d searches, %d pages, %d sources (%.1f s)",
+            "Research: %d sub-questions, %d parts, %d searches, %d pages, %d sources (%.1f s)",
             len(questions), len(found), self.searches, len(pages), len(sources),
             time.monotonic() - started,
         )  # fmt: skip
@@ -138,12 +151,13 @@ class Research:
                     for k, i in enumerate(found, 1)
                 )
             )
-        report = _report(
-            self.question,
-            list(zip([questions[i] for i in found], sections, strict=True)),
-            missing,
-            public,
-        )
+        written = dict(zip(found, sections, strict=True))
+        answered = [i for i in found if not _says_not_found(written[i])]
+        if not checked:
+            self.step(f"{len(answered)} of {len(questions)} sub-questions answered")
+        missing = [questions[i] for i in range(len(questions)) if i not in answered]
+        report = _report(self.question, [(questions[i], written[i]) for i in answered], missing,
+                         public)  # fmt: skip
         self.token(report)
         return RoundResult(report, public)
 
@@ -286,7 +300,7 @@ class Research:
         blocks = source_blocks([(n, sources[n - 1].title, texts[n]) for n in sorted(texts)])
         stream = await self.router.acompletion(
             model="chat",
-            messages=web_answer_request(question, self.question, blocks, datetime.now(UTC)),
+            messages=web_answer_request(question, self.context, blocks, datetime.now(UTC)),
             stream=True,
             metadata=self.metadata(f"research part {k}"),
         )
@@ -298,7 +312,12 @@ class Research:
             if piece:
                 written.append(citations.feed(piece))
         written.append(citations.finish())
-        return "".join(written).strip()
+        text = "".join(written).strip()
+        if text and not _CITATION.search(text) and not _says_not_found(text):
+            # A small model may leave the [n] out: the part was written from these sources
+            # alone, so it says which it read.
+            text += "\n\n_Read for this part: " + " ".join(f"[{n}]" for n in sorted(texts)) + "_"
+        return text
 
 
 def parse_plan(text: str, limit: int) -> list[str]:
@@ -387,10 +406,14 @@ def _report(
 def _first_sentence(text: str) -> str:
     """The first sentence of a section, with its citations; "" when it says it found nothing."""
     line = next((line.strip(" -*#>") for line in text.splitlines() if line.strip()), "")
-    if line.lower().startswith(("i couldn't find", "i could not find")):
+    if _says_not_found(line):
         return ""
     match = _SENTENCE.match(line)
     return (match.group(1) if match else line).strip()
+
+
+def _says_not_found(text: str) -> bool:
+    return text.lstrip(" -*#>").lower().startswith(("i couldn't find", "i could not find"))
 
 
 def _link(source: dict[str, Any]) -> str:

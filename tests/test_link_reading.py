@@ -24,7 +24,7 @@ from core.config import PROJECT_ROOT, Settings
 from core.services import Services
 from rag import link_reader
 from rag.link_reader import LinkError, LinkPolicy, links_in, read_link
-from tests.chat_client import messages_of, send, serve
+from tests.chat_client import messages_of, read_events, send, serve
 
 PDF = (
     Path(os.environ.get("PDF_SAMPLES_DIR", PROJECT_ROOT.parent / "shared" / "docs" / "pdf-samples"))
@@ -354,6 +354,40 @@ async def test_a_linked_page_is_read_and_cited(link_client, model, site: Site) -
     assert saved["content"] == "Sea otters hold hands so they do not drift apart [1]."
     assert saved["sources"] == sources
     assert saved["tool_calls"][0]["name"] == "fetch_url"
+
+
+async def test_a_stopped_answer_from_a_link_continues_without_reading_it_again(
+    link_client, model, site: Site
+) -> None:
+    url = f"http://127.0.0.1:{site.port}/otters.html"
+    model.push(
+        {"text": "Sea otters hold hands [1] " + "so they stay together " * 40, "delay": 0.05}
+    )
+    async with link_client.stream(
+        "POST", "/api/messages", json={"content": f"Why do the otters in {url} hold hands?"}
+    ) as response:
+        streamed = []
+        async for event in read_events(response):
+            if event["type"] == "chat":
+                chat_id = event["chat_id"]
+            elif event["type"] == "token":
+                streamed.append(event["text"])
+                if len(streamed) == 6:
+                    assert (await link_client.post(f"/api/chats/{chat_id}/stop")).status_code == 200
+    stopped = (await messages_of(link_client, chat_id))[1]
+    assert stopped["status"] == "interrupted" and stopped["sources"][0]["url"] == url
+    model.reset()
+    model.push({"text": " and sleep."})
+    async with link_client.stream(
+        "POST", f"/api/chats/{chat_id}/messages/{stopped['message_id']}/continue"
+    ) as response:
+        assert response.status_code == 200
+        events = [e async for e in read_events(response)]
+    assert f"Reading {url}" not in steps(events)
+    assert [c["model"] for c in model.calls] == ["chat"]  # no page read, one call goes on
+    saved = (await messages_of(link_client, chat_id))[1]
+    assert saved["content"] == stopped["content"].rstrip() + " and sleep."
+    assert saved["sources"] == stopped["sources"]  # its [1] still the page it read
 
 
 async def test_a_link_to_an_internal_address_is_refused_with_a_reason_the_user_sees(

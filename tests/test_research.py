@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -93,13 +94,14 @@ async def test_a_two_part_question_gets_a_cited_report(client, model) -> None:
     # The check read both sub-questions and the pages found for them, as delimited sources.
     check = model.calls[1]["messages"][-1]["content"]
     assert f"1. {WARSAW}\n2. {ZORBLAX}" in check and '<source n="1"' in check
-    # Each part was written for its own sub-question, with the whole question as context.
+    # Each part was written for its own sub-question (complete on its own), with the chat before
+    # as context (none: a new chat), not the whole question, whose other parts it does not answer.
     parts = [c["messages"][-1]["content"] for c in model.calls[2:]]
     assert {p.rsplit("<question>\n", 1)[1] for p in parts} == {
         f"{WARSAW}\n</question>",
         f"{ZORBLAX}\n</question>",
     }
-    assert all(f"<context>\n{asked}\n</context>" in p for p in parts)
+    assert all("<context>\n(none)\n</context>" in p and asked not in p for p in parts)
     sources = next(e for e in events if e["type"] == "sources")["sources"]
     urls = [s["url"] for s in sources]
     assert urls[:2] == ["https://en.wikipedia.org/wiki/Warsaw", "https://example.org/zorblax"]
@@ -142,14 +144,20 @@ async def test_an_unanswered_sub_question_is_searched_again_then_reported_not_fo
 ) -> None:
     unknown = "What is the name of the mayor of Quentaro in 1951?"
     rounds = 3  # RESEARCH_ROUNDS' default
-    model.push(plan(WARSAW, unknown), answered(1), *[answered()] * (rounds - 1))
-    model.responder = writer({WARSAW: "About 1.7 million people live in Warsaw [1]."})
+    # A check after each round but the last: after it, the part says what its sources lack.
+    model.push(plan(WARSAW, unknown), answered(1), *[answered()] * (rounds - 2))
+    model.responder = writer(
+        {
+            WARSAW: "About 1.7 million people live in Warsaw [1].",
+            unknown: "I couldn't find the name of the mayor of Quentaro in 1951.",
+        }
+    )
     events = await research(client, f"{WARSAW} And {unknown}")
     said = steps(events)
     assert "Searching the web for 1 sub-question (round 2)" in said
     assert "Searching the web for 1 sub-question (round 3)" in said
-    assert said.count("1 of 2 sub-questions answered") == rounds
-    assert [c["model"] for c in model.calls] == ["utility"] * (1 + rounds) + ["chat"]
+    assert said.count("1 of 2 sub-questions answered") == rounds  # the last after writing
+    assert [c["model"] for c in model.calls] == ["utility"] * rounds + ["chat"] * 2
     # A later check is about the open sub-question alone.
     later = model.calls[2]["messages"][-1]["content"]
     assert later.startswith(f"<sub_questions>\n1. {unknown}\n</sub_questions>")
@@ -278,6 +286,17 @@ async def test_research_reads_the_users_documents_and_what_they_told_before(
     assert "leaves pier 4 at 7:15" in next(p for p in parts if ferry in p)
     # The user's own passage comes first: cited [1], listed as a document of theirs.
     assert mine["n"] == 1 and f"[1] {tag}-ferry.md (your document)" in tokens(events)
+
+
+async def test_a_part_written_without_citations_says_which_sources_it_read(client, model) -> None:
+    model.push(plan(WARSAW), answered(1), {"text": "About 1.7 million people live there."})
+    report = tokens(await research(client, WARSAW))
+    read = re.search(
+        r"About 1\.7 million people live there\.\n\n_Read for this part: (.+)_", report
+    )
+    assert read and re.fullmatch(r"\[\d+\]( \[\d+\])*", read.group(1)), report
+    # Those sources count as cited: the report lists them.
+    assert all(f"\n{n} [" in report.split("## Sources")[1] for n in read.group(1).split())
 
 
 async def test_an_unusable_plan_researches_the_question_itself(client, model) -> None:

@@ -853,9 +853,14 @@ async def test_research_mode_shows_its_plan_and_a_report_with_working_citations(
             {"text": json.dumps({"sub_questions": ["Where does tram 28 run?", "Who drives it?"]})},
             {"text": json.dumps({"answered": [1]})},
             {"text": json.dumps({"answered": []})},
-            {"text": json.dumps({"answered": []})},
-            {"text": "It runs from Martim Moniz to Campo de Ourique [1].", "delay": 0.3},
-        )
+        )  # no check after the last round: its part says what the sources lack
+
+        def part(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+            if "Who drives it?\n</question>" in messages[-1]["content"]:
+                return {"text": "I couldn't find who drives tram 28."}
+            return {"text": "It runs from Martim Moniz to Campo de Ourique [1].", "delay": 0.3}
+
+        model.responder = part
         await ui.send("Where does tram 28 run, and who drives it?")
         reply = ui.assistant()
         await expect(reply).to_have_attribute("data-status", "complete", timeout=30_000)
