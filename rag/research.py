@@ -300,7 +300,9 @@ class Research:
         blocks = source_blocks([(n, sources[n - 1].title, texts[n]) for n in sorted(texts)])
         stream = await self.router.acompletion(
             model="chat",
-            messages=web_answer_request(question, self.context, blocks, datetime.now(UTC)),
+            # The whole question as context: its wording ("in what country…") is the user's, the
+            # sub-question's the planner's.
+            messages=web_answer_request(question, self.question, blocks, datetime.now(UTC)),
             stream=True,
             metadata=self.metadata(f"research part {k}"),
         )

@@ -94,14 +94,13 @@ async def test_a_two_part_question_gets_a_cited_report(client, model) -> None:
     # The check read both sub-questions and the pages found for them, as delimited sources.
     check = model.calls[1]["messages"][-1]["content"]
     assert f"1. {WARSAW}\n2. {ZORBLAX}" in check and '<source n="1"' in check
-    # Each part was written for its own sub-question (complete on its own), with the chat before
-    # as context (none: a new chat), not the whole question, whose other parts it does not answer.
+    # Each part was written for its own sub-question, with the whole question as context.
     parts = [c["messages"][-1]["content"] for c in model.calls[2:]]
     assert {p.rsplit("<question>\n", 1)[1] for p in parts} == {
         f"{WARSAW}\n</question>",
         f"{ZORBLAX}\n</question>",
     }
-    assert all("<context>\n(none)\n</context>" in p and asked not in p for p in parts)
+    assert all(f"<context>\n{asked}\n</context>" in p for p in parts)
     sources = next(e for e in events if e["type"] == "sources")["sources"]
     urls = [s["url"] for s in sources]
     assert urls[:2] == ["https://en.wikipedia.org/wiki/Warsaw", "https://example.org/zorblax"]
