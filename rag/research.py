@@ -152,11 +152,11 @@ class Research:
                 )
             )
         written = dict(zip(found, sections, strict=True))
-        answered = [i for i in found if not _says_not_found(written[i])]
+        parts = [i for i in found if not _says_not_found(written[i])]  # the answering ones
         if not checked:
-            self.step(f"{len(answered)} of {len(questions)} sub-questions answered")
-        missing = [questions[i] for i in range(len(questions)) if i not in answered]
-        report = _report(self.question, [(questions[i], written[i]) for i in answered], missing,
+            self.step(f"{len(parts)} of {len(questions)} sub-questions answered")
+        missing = [questions[i] for i in range(len(questions)) if i not in parts]
+        report = _report(self.question, [(questions[i], written[i]) for i in parts], missing,
                          public)  # fmt: skip
         self.token(report)
         return RoundResult(report, public)
@@ -276,13 +276,9 @@ class Research:
         and the sources those parts cite."""
         if not self.questions:
             return ""
-        sections = [
-            (question, "".join(self.written[i]).strip())
-            for i, question in enumerate(self.questions)
-            if "".join(self.written.get(i, [])).strip()
-        ]
-        done = {question for question, _ in sections}
-        missing = [question for question in self.questions if question not in done]
+        texts = ["".join(self.written.get(i, [])).strip() for i in range(len(self.questions))]
+        sections = [(q, text) for q, text in zip(self.questions, texts, strict=True) if text]
+        missing = [q for q, text in zip(self.questions, texts, strict=True) if not text]
         return _report(self.question, sections, missing, self.sources, stopped=True)
 
     async def _write_part(
