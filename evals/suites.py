@@ -26,6 +26,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.memory_extraction",
         "replay LoCoMo turns as user messages, then extraction: grounding, coverage, latency",
     ),
+    "chat-replies": (
+        "evals.chat_replies",
+        "first-person statements as a new chat's first message: refusals, markup, time",
+    ),
     "memory-qa": (
         "evals.memory_qa",
         "replay a LoCoMo conversation through the chat graph, then ask its questions in a new chat",
