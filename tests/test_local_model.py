@@ -42,7 +42,7 @@ from core.errors import StartupError
 from core.llm_router import ModelPlan, build_router, plan_models, provider_handler
 from core.local_model import weights as model_weights
 from core.local_model.cpu_backend import NoCpuBackend, Variant, best_variant, installed_variants
-from core.local_model.process import LocalModelProcess
+from core.local_model.process import Endpoint, LocalModelProcess
 from core.local_model.provider import LocalModelProvider, _request
 from core.local_model.queue import ModelQueue, QueueFull
 from core.local_model.serve import ORPHAN_CHECK_SECONDS
@@ -440,6 +440,38 @@ async def test_prompt_budget_drops_the_oldest_history_and_refuses_what_cannot_fi
     with pytest.raises(ProviderFailure, match="more than the local model can read") as error:
         await provider._fit_to_context(endpoint, too_long)
     assert error.value.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("state", "step"),
+    [
+        ("not started", "Starting the local model (first use, ~10 s)"),
+        # The warm-up after start-up began starting it: the first message says so, not
+        # "Restarting" (which it said before, to a new user whose model had never crashed).
+        ("starting", "Starting the local model"),
+        ("restarting", "Restarting the local model"),
+        ("failed", "Restarting the local model"),
+    ],
+)
+async def test_the_step_before_the_model_is_ready_says_what_happens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str, step: str
+) -> None:
+    provider = LocalModelProvider(make_settings(tmp_path))
+    assert provider.process is not None
+    provider.process.state = state
+    endpoint = Endpoint("http://127.0.0.1:9/v1", "key")
+
+    async def started() -> Endpoint:
+        return endpoint
+
+    monkeypatch.setattr(provider.process, "endpoint", started)
+    steps: list[str] = []
+    listening = progress_listener.set(steps.append)
+    try:
+        assert await provider._endpoint() == endpoint
+    finally:
+        progress_listener.reset(listening)
+    assert steps == [step]
 
 
 async def test_a_call_past_its_deadline_ends_with_a_clear_error(tmp_path: Path) -> None:

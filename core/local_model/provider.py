@@ -57,6 +57,9 @@ TEMPLATE_TOKENS_PER_MESSAGE = 8
 CHARS_PER_TOKEN_ESTIMATE = 3.0
 TOKEN_COUNT_CACHE = 512
 FIRST_USE_HINT = "Starting the local model (first use, ~10 s)"
+# What a request meets when the process is not ready, by its state (core/local_model/process.py):
+# the warm-up after start-up may have begun starting it; only a crash restarts it.
+PROCESS_STEPS = {"not started": FIRST_USE_HINT, "starting": "Starting the local model"}
 
 
 class LocalModelProvider(CustomProvider):
@@ -99,8 +102,7 @@ class LocalModelProvider(CustomProvider):
         if self.process is None:
             return Endpoint(str(self.settings.local_model_url).rstrip("/"), "not-needed")
         if self.process.state != "ready":
-            first = self.process.state == "not started"
-            report_progress(FIRST_USE_HINT if first else "Restarting the local model")
+            report_progress(PROCESS_STEPS.get(self.process.state, "Restarting the local model"))
         try:
             return await self.process.endpoint()
         except LocalModelFailure as error:
