@@ -4,7 +4,10 @@ Until then (and whenever this fails) a chat is titled with the start of its firs
 (chat/runner.py `title_from`, `title_source` 'auto'). After the first reply is saved, and after
 the turn has released its chat, one `utility` call (or a `title` deployment group, if
 MODELS_CONFIG names one) asks for a title of at most `MAX_WORDS` words in the chat's language;
-`clean_title` makes its answer plain text. It is stored compare-and-set on `title_source = 'auto'`
+`clean_title` makes its answer plain text, and `is_about` drops a title that shares no word with
+the question or the reply (the local model, unsure, copies the instructions' example "Fixing a
+Flask import error" or invents "Weather updates" for "What's the capital of Australia?"). It is
+stored compare-and-set on `title_source = 'auto'`
 (core/chat_store.py `set_generated_title`), so a rename made meanwhile, by any process, is never
 overwritten. A failing call, an empty answer, or a process that dies meanwhile leave the first
 title: a title is no data worth a durable job.
@@ -45,6 +48,30 @@ _MARKUP = re.compile(r"\*+|`+|~~|__|\[|\]\([^)]*\)|\]")  # emphasis, code, links
 _LEAD = re.compile(r"^\s*(#+|>+|[-*+•]|\d+[.)])\s+")  # a heading, quote or list mark
 _QUOTES = "\"'“”„‟«»‹›‘’‚`「」『』"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ue000-\uf8ff]")
+_WORDS = re.compile(r"\w+")
+# Words any title may use that say nothing about what this chat is about.
+_GENERIC = frozenset({
+    "a", "an", "the", "and", "or", "of", "on", "in", "to", "for", "with", "about", "from", "your",
+    "my", "our", "chat", "chats", "chatting", "talk", "conversation", "discussion", "help", "tips",
+    "question", "questions",
+})  # fmt: skip
+REPLY_CHARS = 200  # of the reply, for `is_about`
+STEM_CHARS = 5  # "allergy" is about "allergic": words match on their first five letters
+_UNSPACED = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\u3040-\u30ff]")  # CJK, kana, hangul
+
+
+def is_about(title: str, question: str, reply: str) -> bool:
+    """Whether the title shares a word (or its first STEM_CHARS letters) with the question or the
+    reply's start (a long reply holds some word of almost any title: a story about a lighthouse
+    says "important", which starts like "import"). A title in a script written without spaces
+    is taken as it is: its words cannot be told apart this way."""
+    if _UNSPACED.search(title):
+        return True
+    said = {
+        word[:STEM_CHARS] for word in _WORDS.findall(f"{question} {reply[:REPLY_CHARS]}".lower())
+    }
+    words = [w for w in _WORDS.findall(title.lower()) if w not in _GENERIC and not w.isdigit()]
+    return not words or any(word[:STEM_CHARS] in said for word in words)
 
 
 def clean_title(text: str) -> str:
@@ -102,6 +129,10 @@ async def generate_title(
         title = clean_title(response.choices[0].message.content or "")
         if not title:
             log.info("Chat %s: no title from the model; the first one stays", short_id(chat_id))
+            return None
+        if not is_about(title, question, reply):
+            log.info("Chat %s: title %r is about nothing said; the first one stays",
+                     short_id(chat_id), title)  # fmt: skip
             return None
         stored = await chat_store.set_generated_title(pool, chat_id, title)
     except Exception as error:

@@ -6,21 +6,25 @@ A new user's first messages are often not questions: "Hi! I'm Dana. I live in Li
 model must answer them as a person would (acknowledge, maybe ask back), not refuse them. This
 suite sends real first-person statements, the LoCoMo first speaker's turns that a LoCoMo question
 cites as evidence (../shared/evaldata/locomo/conversations.json, read in place), and the short
-statements of our own issues' scenarios (`SHORT_STATEMENTS`: "I work as a nurse in Lyon."), each
-as the first message of a new chat, through the real chat flow (runner, graph, recall, the
-configured `chat` model: the local model without keys), and grades each saved reply by patterns:
+statements of our own issues' scenarios (`SHORT_STATEMENTS`: "I work as a nurse in Lyon."), and,
+to see that a change for statements costs nothing elsewhere, everyday requests that are not about
+code (`EVERYDAY_REQUESTS`: "Write a poem about autumn."), each as the first message of a new
+chat, through the real chat flow (runner, graph, recall, the configured `chat` model: the local
+model without keys), and grades each saved reply by patterns:
 
 - refused: the reply declines ("I'm sorry, but I can't assist with that", "I cannot help with
   this request"), anywhere in it;
-- disowned: it says it has no information or does not know (a statement asked nothing);
+- disowned: it says it has no information or does not know (a statement asked nothing; "As an AI
+  language model, I don't have personal experiences" counts);
 - echoed instructions: it repeats our instructions to the user ("The conversation summary covers
   the older part of this chat", "Current date and time", "long-term memory");
-- fenced: the whole reply sits in a code block (a coder model told to write Markdown);
+- fenced: the reply opens with a code block of prose ("```markdown"), as a coder model told to
+  write Markdown may do;
 - markup: tool or prompt tags reached the saved text (`<tool_call>`, `<memories>`, …);
 - empty or failed: no text saved, or the turn ended in an error.
 
 Also the seconds per reply (p50, p95). `--limit N` takes N LoCoMo statements spread evenly over
-the conversations (the short statements are always sent). On the local model a reply takes
+the conversations (our own lists are always sent). On the local model a reply takes
 ~2-15 s on two quiet cores.
 """
 
@@ -32,6 +36,7 @@ import re
 from typing import Any
 
 from chat.tool_markup import OPEN_TAGS, PROMPT_TAGS
+from chat.warm_up import warm_local_model
 from core.prompts import CHAT_INSTRUCTIONS, MEMORY_RULES
 from core.services import Services
 from evals.chat_driver import ask
@@ -63,6 +68,24 @@ SHORT_STATEMENTS = [
     "I switched to coffee.",
     "My cat is called Miso.",
 ]
+# Everyday requests that are not about code, which a coder model may decline ("Write a long
+# story…" drew "I'm sorry, but I can't assist with that request." from the local model).
+EVERYDAY_REQUESTS = [
+    "Write a long story (at least 1000 words) about a lighthouse.",
+    "Write a long story (at least 1000 words) about a lighthouse keeper.",
+    "Write a long story about a robot who learns to love.",
+    "Write a short story about a dragon.",
+    "Write a poem about autumn.",
+    "Write a limerick about a cat.",
+    "Write a cover letter for a barista job.",
+    "Write an essay about climate change.",
+    "Plan a 3-day trip to Rome.",
+    "Summarize the plot of Hamlet.",
+    "What's the capital of Australia?",
+    "Translate 'good morning' into French.",
+    "Tell me about yourself.",
+    "I feel lonely today.",
+]
 # Words of our instructions that have no place in a reply to "I work as a nurse in Lyon."
 _INSTRUCTION_TERMS = ("long-term memory", "conversation summary", "current date and time")
 _WORD = re.compile(r"[a-z0-9']+")
@@ -91,9 +114,13 @@ def echoes_instructions(reply: str) -> bool:
 
 
 def fenced(reply: str) -> bool:
-    """The whole reply is one code block."""
-    text = reply.strip()
-    return text.startswith("```") and text.endswith("```") and len(text) > 6
+    """The reply opens with a code block of prose ("```markdown"): a coder model told to write
+    Markdown may wrap its whole answer in one."""
+    text = reply.lstrip()
+    return text.startswith("```") and text[3:].split("\n", 1)[0].strip().lower() in _PROSE_FENCES
+
+
+_PROSE_FENCES = {"", "markdown", "md", "text", "plaintext"}
 
 
 def shows_markup(reply: str) -> bool:
@@ -104,7 +131,7 @@ GRADES = {  # name: (column, test)
     "refused": ("refused", refuses),
     "disowned": ("no information / don't know", says_dont_know),
     "echoed": ("echoed instructions", echoes_instructions),
-    "fenced": ("whole reply fenced", fenced),
+    "fenced": ("opens with a prose code block", fenced),
     "markup": ("tool/prompt markup", shows_markup),
 }
 
@@ -176,8 +203,11 @@ def table(results: dict[str, Any]) -> Table:
 
 async def run(args: argparse.Namespace) -> Report:
     async with scratch_services() as services:
+        # As the server does after start-up: a new user's first message meets a warmed model.
+        await warm_local_model(services)
         texts = [("LoCoMo evidence turns", text) for text in statements(args.data, args.limit)]
         texts += [("short statements", text) for text in SHORT_STATEMENTS]
+        texts += [("everyday requests", text) for text in EVERYDAY_REQUESTS]
         results = await evaluate(services, texts)
         model = services.model_plan.describe("chat")
     return Report(
@@ -190,7 +220,7 @@ async def run(args: argparse.Namespace) -> Report:
             "Graded by patterns (evals/chat_replies.py): refused ('I can't assist with that'),"
             " no information / don't know (evals.judge.says_dont_know), echoed instructions (a"
             " five-word run of the chat instructions, or 'long-term memory', 'conversation"
-            " summary', 'current date and time'), the whole reply one code block."
+            " summary', 'current date and time'), a reply opening with a prose code block."
         ],
     )
 

@@ -10,7 +10,7 @@ import pytest
 
 from chat import titles
 from chat.runner import title_from
-from chat.titles import MAX_CHARS, clean_title
+from chat.titles import MAX_CHARS, clean_title, is_about
 from tests.chat_client import send
 
 
@@ -43,6 +43,36 @@ def test_clean_title(answer: str, title: str) -> None:
 def test_clean_title_caps_long_words() -> None:
     title = clean_title("Pneumonoultramicroscopicsilicovolcanoconiosis " * 3)
     assert 0 < len(title) <= MAX_CHARS and title.startswith("Pneumono")
+
+
+@pytest.mark.parametrize(
+    ("title", "question", "reply", "about"),
+    [
+        ("Allergy Chat", "I'm allergic to peanuts.", "I'm sorry to hear that.", True),
+        ("Nurse in Lyon", "I work as a nurse in Lyon.", "That's great!", True),
+        ("Bonjour", "Translate 'good morning' into French.", "Bonjour", True),
+        ("Recette de crêpes", "Comment faire des crêpes ?", "Mélangez la farine…", True),
+        ("法国首都", "法国的首都是哪里？", "巴黎。", True),  # no spaces: not judged
+        # What the local model wrote when unsure: the instructions' example, or made up.
+        ("Fixing a Flask import error", "Write a story about a lighthouse.", "As I sit…", False),
+        ("Weather updates", "What's the capital of Australia?", "It is Canberra.", False),
+        ("user", "Write a limerick about a cat.", "There once was a cat…", False),
+    ],
+)
+def test_a_title_must_share_a_word_with_the_chat(
+    title: str, question: str, reply: str, about: bool
+) -> None:
+    assert is_about(title, question, reply) is about
+
+
+async def test_a_title_about_nothing_said_leaves_the_first_title(client, model) -> None:
+    model.push({"text": "The capital of Australia is Canberra."})
+    model.push_for("title", {"text": "Fixing a Flask import error"})
+    chat_id = (await send(client, "What's the capital of Australia?"))[0]["chat_id"]
+    await titles.settled()
+    assert len(model.own_calls["title"]) == 1
+    chat = await chat_row(client, chat_id)
+    assert (chat["title"], chat["title_source"]) == ("What's the capital of Australia?", "auto")
 
 
 async def test_title_comes_from_the_utility_model_after_the_first_reply(client, model) -> None:

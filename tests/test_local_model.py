@@ -754,11 +754,15 @@ async def test_real_model_stops_within_a_second_reading_or_writing(
             if chunk.choices and chunk.choices[0].delta.content:
                 chunks_seen.set()
 
-    # While writing: the consumer is cancelled (Stop, a client gone) after the first tokens.
+    # While writing: the consumer is cancelled (Stop, a client gone) after the first tokens. A
+    # long story, as the chat asks it: asked to count to 300 the model writes "1, 2, 3, ..., 300"
+    # and is done before the cancel comes.
     writing = asyncio.Event()
-    task = asyncio.create_task(
-        consume([{"role": "user", "content": "Count from 1 to 300, separated by commas."}], writing)
-    )
+    story = [
+        {"role": "system", "content": chat_instructions(datetime.now(UTC), None)},
+        {"role": "user", "content": "Write a long story (at least 1000 words) about a lighthouse."},
+    ]
+    task = asyncio.create_task(consume(story, writing))
     await asyncio.wait_for(writing.wait(), 120)
     pid = model_pid(provider)
     assert await asyncio.to_thread(cpu_seconds_over, pid, 1.0) > BUSY_CPU_SECONDS  # writing

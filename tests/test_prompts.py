@@ -20,6 +20,23 @@ def test_summary_is_tagged_after_the_instructions() -> None:
     assert "<conversation_summary>" not in chat_instructions(datetime(2026, 1, 1, tzinfo=UTC), None)
 
 
+def test_a_summary_is_mentioned_only_when_the_chat_has_one() -> None:
+    # The 1.5B local model told of a summary it did not have told the user about it ("The
+    # conversation summary covers the older part of this chat"): evals/chat_replies.py.
+    with_summary = chat_instructions(datetime(2026, 1, 1, tzinfo=UTC), "The user likes tea.")
+    without = chat_instructions(datetime(2026, 1, 1, tzinfo=UTC), None)
+    assert "summary below covers the older part" in with_summary
+    assert "summary" not in without.lower()
+
+
+def test_instructions_say_how_to_answer_a_statement_and_not_to_repeat_them() -> None:
+    for memory in ("recall", "tools", "off"):
+        text = chat_instructions(datetime(2026, 1, 1, tzinfo=UTC), None, memory=memory)
+        assert "When the user tells you something about themselves" in text
+        assert "Never repeat these instructions" in text
+        assert "code blocks for code only" in text
+
+
 def test_web_note_only_when_asked() -> None:
     assert user_turn("hi", use_web=False) == "hi"
     assert user_turn("hi", use_web=True).endswith(WEB_NOTE + "</note>")
