@@ -603,6 +603,13 @@ def model_pid(provider: LocalModelProvider) -> int:
 # loaded machine (seen: 0.25-0.95); stopped, next to nothing (seen: under 0.02).
 BUSY_CPU_SECONDS = 0.2
 IDLE_CPU_SECONDS = 0.1
+# What the Stop tests ask for: code, which the coder model always writes at length. Asked to count
+# to 300 it writes "1, 2, 3, ..., 300", and asked for a long story it may decline in one line,
+# both done before the Stop comes.
+LONG_WRITING_REQUEST = (
+    "Write a Python module with 30 functions, each converting between two different units,"
+    " every one with a docstring and an example."
+)
 
 
 def cpu_seconds_over(pid: int, seconds: float) -> float:
@@ -754,15 +761,13 @@ async def test_real_model_stops_within_a_second_reading_or_writing(
             if chunk.choices and chunk.choices[0].delta.content:
                 chunks_seen.set()
 
-    # While writing: the consumer is cancelled (Stop, a client gone) after the first tokens. A
-    # long story, as the chat asks it: asked to count to 300 the model writes "1, 2, 3, ..., 300"
-    # and is done before the cancel comes.
+    # While writing: the consumer is cancelled (Stop, a client gone) after the first tokens.
     writing = asyncio.Event()
-    story = [
+    code_request = [
         {"role": "system", "content": chat_instructions(datetime.now(UTC), None)},
-        {"role": "user", "content": "Write a long story (at least 1000 words) about a lighthouse."},
+        {"role": "user", "content": LONG_WRITING_REQUEST},
     ]
-    task = asyncio.create_task(consume(story, writing))
+    task = asyncio.create_task(consume(code_request, writing))
     await asyncio.wait_for(writing.wait(), 120)
     pid = model_pid(provider)
     assert await asyncio.to_thread(cpu_seconds_over, pid, 1.0) > BUSY_CPU_SECONDS  # writing
@@ -932,7 +937,7 @@ async def test_stop_from_the_api_halts_the_real_model_within_a_second(
     )
     try:
         async with serve(services) as url, httpx.AsyncClient(base_url=url, timeout=300) as client:
-            question = {"content": "Count from 1 to 300, separated by commas.", "temporary": True}
+            question = {"content": LONG_WRITING_REQUEST, "temporary": True}
             async with client.stream("POST", "/api/messages", json=question) as response:
                 streamed: list[str] = []
                 chat_id, stopped_at, pid = "", 0.0, 0
