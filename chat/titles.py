@@ -56,7 +56,8 @@ _GENERIC = frozenset({
     "question", "questions",
 })  # fmt: skip
 REPLY_CHARS = 200  # of the reply, for `is_about`
-STEM_CHARS = 5  # "allergy" is about "allergic": words match on their first five letters
+# Words match on their first letters: "allergy" is about "allergic", "nursing" about "nurse".
+STEM_CHARS = 4
 _UNSPACED = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\u3040-\u30ff]")  # CJK, kana, hangul
 
 

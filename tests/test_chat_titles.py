@@ -50,6 +50,7 @@ def test_clean_title_caps_long_words() -> None:
     [
         ("Allergy Chat", "I'm allergic to peanuts.", "I'm sorry to hear that.", True),
         ("Nurse in Lyon", "I work as a nurse in Lyon.", "That's great!", True),
+        ("Nursing support", "I work as a nurse in Lyon.", "That's great!", True),
         ("Bonjour", "Translate 'good morning' into French.", "Bonjour", True),
         ("Recette de crêpes", "Comment faire des crêpes ?", "Mélangez la farine…", True),
         ("法国首都", "法国的首都是哪里？", "巴黎。", True),  # no spaces: not judged
