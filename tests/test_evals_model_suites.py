@@ -504,6 +504,19 @@ async def test_memory_extraction_grounding_check_catches_a_made_up_quote(
     assert {f["role"] for f in checked["not_grounded"]} == {"user", "assistant"}
 
 
+def run_on(monkeypatch: pytest.MonkeyPatch, suite: Any, services: Services, path: Path) -> None:
+    """Have `suite`, run from the command line, use `services` and write its record under `path`
+    (results/, RESULTS.md) instead of the repository's."""
+
+    @contextlib.asynccontextmanager
+    async def the_test_services() -> AsyncIterator[Services]:
+        yield services
+
+    monkeypatch.setattr(suite, "scratch_services", the_test_services)
+    monkeypatch.setattr(report, "RESULTS_DIR", path / "results")
+    monkeypatch.setattr(report, "RESULTS_MD", path / "RESULTS.md")
+
+
 async def test_memory_extraction_limit_and_free_quote_from_the_command_line(
     extraction_services: Services,
     model: ScriptedProvider,
@@ -511,13 +524,7 @@ async def test_memory_extraction_limit_and_free_quote_from_the_command_line(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    @contextlib.asynccontextmanager
-    async def the_test_services() -> AsyncIterator[Services]:
-        yield extraction_services
-
-    monkeypatch.setattr(memory_extraction, "scratch_services", the_test_services)
-    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path / "results")
-    monkeypatch.setattr(report, "RESULTS_MD", tmp_path / "RESULTS.md")
+    run_on(monkeypatch, memory_extraction, extraction_services, tmp_path)
     model.push_for("memory", *[dana_memory_model] * 20)
     command = ["memory-extraction", "--data", str(dana_file), "--conversation", "conv-t"]
     monkeypatch.setattr(sys, "argv", ["evals", *command, "--limit", "4", "--free-quote"])
@@ -696,13 +703,7 @@ async def test_chat_replies_grades_each_reply_from_the_command_line(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    @contextlib.asynccontextmanager
-    async def the_test_services() -> AsyncIterator[Services]:
-        yield extraction_services
-
-    monkeypatch.setattr(chat_replies, "scratch_services", the_test_services)
-    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path / "results")
-    monkeypatch.setattr(report, "RESULTS_MD", tmp_path / "RESULTS.md")
+    run_on(monkeypatch, chat_replies, extraction_services, tmp_path)
     prompts: list[str] = []
     replies = {
         "Porto": "I\u2019m sorry, but I can\u2019t assist with that.",
