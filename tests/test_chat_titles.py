@@ -101,6 +101,21 @@ async def test_title_comes_from_the_utility_model_after_the_first_reply(client, 
     assert (await chat_row(client, chat_id))["title"] == "Lisbon Trip Planning"
 
 
+async def test_the_title_reads_only_the_start_of_the_question_and_reply(client, model) -> None:
+    # On the local model a title call holds the model: the shorter its prompt, the sooner the
+    # user's next message is served.
+    reply = "Lisbon has trams. " * 60 + "REPLY END"
+    model.push({"text": reply})
+    model.push_for("title", {"text": "Lisbon trip"})
+    question = "Plan my Lisbon trip. " * 40 + "QUESTION END"
+    await send(client, question)
+    await titles.settled()
+    [call] = model.own_calls["title"]
+    prompt = call["messages"][-1]["content"]
+    assert question[: titles.PROMPT_CHARS] in prompt and "QUESTION END" not in prompt
+    assert reply[: titles.PROMPT_CHARS] in prompt and "REPLY END" not in prompt
+
+
 async def test_a_rename_is_never_overwritten(client, model) -> None:
     model.push({"text": "Sure."})
     model.push_for("title", {"text": "Generated name", "delay": 0.5})
