@@ -39,9 +39,8 @@ MAX_CHARS = 60
 MAX_TOKENS = 40  # a title is a few tokens; a rambling model is cut off, not waited for
 # Of the question and of the reply: the start says what the chat is about. A title call is
 # background work, but on the local model it holds the model until done, so the user's next
-# message may wait for it. On 6 long replies (stories, essays, plans: evals/chat_replies.py), local
-# model, each prompt read uncached: 600 characters took 2.5-2.7 s per title, 2,000 took 5.0-5.9 s,
-# with titles as good (`is_about` kept 5 of 6 and 6 of 6).
+# message may wait for it. `python -m bench.title_prompt` (6 long first replies, local model, no
+# prompt cached): 2.6 s per title at 600 characters, 5.6-5.9 s at 2,000, titles as good.
 PROMPT_CHARS = 600
 SHUTDOWN_WAIT_SECONDS = 3.0
 
