@@ -65,10 +65,11 @@ async def main() -> None:
         raise SystemExit(f"Fewer than 2 replies of {args.min_reply}+ characters in {args.results}")
     halves = {"A": chats[0::2], "B": chats[1::2]}
     settings = load_settings()
-    router = build_router(settings, plan_models(settings))
+    plan = plan_models(settings)
+    router = build_router(settings, plan)
     # The instructions read once before timing, as the server's warm-up would have.
     await router.acompletion(model="utility", messages=title_request("Hi", "Hello"), max_tokens=5)
-    print(f"{len(chats)} chats; model: {plan_models(settings).describe('utility')}")
+    print(f"{len(chats)} chats; model: {plan.describe('utility')}")
     print("| characters | half | seconds per title | kept by is_about | titles |")
     print("| ---: | --- | ---: | ---: | --- |")
     for chars, half in ((first, "A"), (second, "B"), (second, "A"), (first, "B")):

@@ -44,7 +44,7 @@ from evals.datasets import LOCOMO_FILE, load_locomo, sample
 from evals.judge import says_dont_know
 from evals.memory_extraction import evidence_turns
 from evals.metrics import latency_summary
-from evals.report import Report, Table
+from evals.report import Report, Table, share
 from evals.scratch import forget_everything, scratch_services
 
 DEFAULT_DATA = LOCOMO_FILE
@@ -91,8 +91,13 @@ _INSTRUCTION_TERMS = ("long-term memory", "conversation summary", "current date 
 _WORD = re.compile(r"[a-z0-9']+")
 
 
+def _straight(text: str) -> str:
+    """Typographic apostrophes as straight ones ("can’t" is "can't")."""
+    return text.replace("\u2019", "'")
+
+
 def _shingles(text: str, size: int = 5) -> set[tuple[str, ...]]:
-    words = _WORD.findall(text.lower().replace("\u2019", "'"))
+    words = _WORD.findall(_straight(text.lower()))
     return {tuple(words[i : i + size]) for i in range(len(words) - size + 1)}
 
 
@@ -103,7 +108,7 @@ _INSTRUCTION_SHINGLES = _shingles(
 
 
 def refuses(reply: str) -> bool:
-    return bool(_REFUSAL.search(reply.replace("\u2019", "'")))
+    return bool(_REFUSAL.search(_straight(reply)))
 
 
 def echoes_instructions(reply: str) -> bool:
@@ -113,14 +118,14 @@ def echoes_instructions(reply: str) -> bool:
     )
 
 
+_PROSE_FENCES = {"", "markdown", "md", "text", "plaintext"}  # a fence's language, for prose
+
+
 def fenced(reply: str) -> bool:
     """The reply opens with a code block of prose ("```markdown"): a coder model told to write
     Markdown may wrap its whole answer in one."""
     text = reply.lstrip()
     return text.startswith("```") and text[3:].split("\n", 1)[0].strip().lower() in _PROSE_FENCES
-
-
-_PROSE_FENCES = {"", "markdown", "md", "text", "plaintext"}
 
 
 def shows_markup(reply: str) -> bool:
@@ -192,7 +197,7 @@ def table(results: dict[str, Any]) -> Table:
     rows = []
     for group, tally in results["by_group"].items():
         count = tally["messages"]
-        shares = [_share(tally[name], count) for name in [*GRADES, "empty_or_failed"]]
+        shares = [share(tally[name], count) for name in [*GRADES, "empty_or_failed"]]
         rows.append([group, count, *shares, round(tally["p50"], 1), round(tally["p95"], 1)])
     return Table(
         "Replies to first-person statements, each a new chat's first message",
@@ -223,7 +228,3 @@ async def run(args: argparse.Namespace) -> Report:
             " summary', 'current date and time'), a reply opening with a prose code block."
         ],
     )
-
-
-def _share(part: int, whole: int) -> str:
-    return f"{part}/{whole} ({part / whole:.0%})" if whole else "–"

@@ -81,7 +81,7 @@ from core.services import Services
 from evals.chat_driver import ask
 from evals.datasets import LOCOMO_FILE, Conversation, Session, Turn, load_locomo
 from evals.metrics import percentile
-from evals.report import Report, Table
+from evals.report import Report, Table, share
 from evals.scratch import forget_everything, scratch_services
 from tests.scripted_model import ScriptedProvider
 
@@ -784,10 +784,6 @@ def compare_designs(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return designs
 
 
-def _share(part: int, whole: int) -> str:
-    return f"{part}/{whole} ({part / whole:.0%})" if whole else "–"
-
-
 def tables(results: dict[str, Any], memory_model: str) -> list[Table]:
     overall = results["overall"]
     summary = Table(
@@ -810,9 +806,9 @@ def tables(results: dict[str, Any], memory_model: str) -> list[Table]:
         [
             [
                 overall["memories"],
-                _share(overall["grounded"], overall["memories"]),
-                _share(overall["evidence_covered"], overall["evidence_turns"]),
-                _share(overall["user_turns_with_memory"], overall["user_turns"]),
+                share(overall["grounded"], overall["memories"]),
+                share(overall["evidence_covered"], overall["evidence_turns"]),
+                share(overall["user_turns_with_memory"], overall["user_turns"]),
                 overall["already_known"],
                 overall["superseded"],
                 overall["updated"],
@@ -843,7 +839,7 @@ def tables(results: dict[str, Any], memory_model: str) -> list[Table]:
                 s["session"],
                 s["user_turns"],
                 s["new"],
-                _share(s["evidence_covered"], s["evidence_turns"]),
+                share(s["evidence_covered"], s["evidence_turns"]),
                 s["already_known"],
                 s["superseded"],
                 s["refused"],
@@ -893,9 +889,9 @@ def tables(results: dict[str, Any], memory_model: str) -> list[Table]:
                         name,
                         d["messages"],
                         d["proposed"],
-                        _share(d["grounded"], d["proposed"]),
-                        _share(d["evidence_covered"], d["evidence_turns"]),
-                        _share(d["user_turns_with_fact"], d["messages"]),
+                        share(d["grounded"], d["proposed"]),
+                        share(d["evidence_covered"], d["evidence_turns"]),
+                        share(d["user_turns_with_fact"], d["messages"]),
                         d["unusable_outputs"],
                         f"{d['seconds_p50']:.1f}",
                     ]

@@ -40,6 +40,11 @@ class Table:
         return "\n".join(lines)
 
 
+def share(part: int, whole: int) -> str:
+    """A count out of a whole, as tables show it: "3/44 (7%)" ("–" for nothing counted)."""
+    return f"{part}/{whole} ({part / whole:.0%})" if whole else "–"
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
