@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     # How long a request waits for a database connection once running: while Postgres is down,
     # requests get a 503 this fast instead of after the connect timeout.
     db_request_wait: float = Field(3.0, gt=0)
+    # The embedded server's shared_buffers in MB (unset: core/embedded_postgres.py sizes it).
+    embedded_db_shared_buffers_mb: int | None = Field(None, ge=16)
 
     # Embeddings
     embed_model_name: str = DEFAULT_EMBED_MODEL
@@ -197,6 +199,7 @@ class Settings(BaseSettings):
         "models_config",
         "local_model_threads",
         "embed_threads",
+        "embedded_db_shared_buffers_mb",
         "local_model_url",
         "app_public_url",
         "web_search_provider",

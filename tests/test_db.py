@@ -26,6 +26,7 @@ from core.db import (
     mask_conninfo,
     migrate,
 )
+from core.embedded_postgres import automatic_shared_buffers_mb
 from core.statements import fetch_one
 
 
@@ -232,11 +233,14 @@ async def test_closing_and_reopening_keeps_the_data(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     data_dir = tmp_path_factory.mktemp("persist")
-    settings = load_settings(_env_file=None, app_data_dir=data_dir, database_url=None)
+    settings = load_settings(
+        _env_file=None, app_data_dir=data_dir, database_url=None, embedded_db_shared_buffers_mb=160
+    )
 
     started = time.monotonic()
     db = await Database.open(settings)
     first_start = time.monotonic() - started
+    assert await shared_buffers(db) == "160MB"
     chat = await chat_store.create_chat(db.pool, "Survives a restart")
     await chat_store.add_message(db.pool, chat["chat_id"], "user", "hello")
     await db.close()
@@ -249,10 +253,13 @@ async def test_closing_and_reopening_keeps_the_data(
     await crashed.wait()
     (settings.pg_data_dir / ".handle_pids.json").write_text(json.dumps([crashed.pid]))
 
+    # Each start applies the setting of the process starting the server.
+    settings = settings.model_copy(update={"embedded_db_shared_buffers_mb": 192})
     started = time.monotonic()
     db = await Database.open(settings)
     second_start = time.monotonic() - started
     try:
+        assert await shared_buffers(db) == "192MB"
         again = await chat_store.get_chat(db.pool, chat["chat_id"], user_id=None)
         assert again is not None
         assert again["title"] == "Survives a restart"
@@ -263,6 +270,30 @@ async def test_closing_and_reopening_keeps_the_data(
         await db.close()
     assert not (settings.pg_data_dir / "postmaster.pid").exists()  # stopped despite the crash
     print(f"embedded Postgres start: first {first_start:.2f} s, later {second_start:.2f} s")
+
+
+async def shared_buffers(db: Database) -> str:
+    async with db.pool.connection() as conn:
+        row = await (await conn.execute("SHOW shared_buffers")).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.parametrize(
+    ("memory_mb", "limit_mb", "expected"),
+    [
+        (2048, None, 512),  # a quarter of the memory, as Postgres's tuning guide suggests
+        (32768, None, 1024),  # at most 1 GiB: the app and the local model need the rest
+        (256, None, 128),  # never below Postgres's own default
+        (65536, 1024, 256),  # a container's limit counts, not the host's memory
+    ],
+)
+def test_embedded_shared_buffers_follow_the_machine(
+    memory_mb: int, limit_mb: int | None, expected: int
+) -> None:
+    mb = 1024 * 1024
+    limit = None if limit_mb is None else limit_mb * mb
+    assert automatic_shared_buffers_mb(memory_mb * mb, limit) == expected
 
 
 async def test_two_databases_in_one_process_share_the_server(
