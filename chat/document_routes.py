@@ -126,7 +126,9 @@ async def document_text(
     """The document's text as stored for search, in order (`page`: one page's only): what a
     citation's viewer shows, the cited passage among them."""
     await _document_or_404(request, document_id)
-    rows = await document_store.document_chunks(_pool(request), document_id, page)
+    rows = await document_store.document_chunks(
+        _pool(request), document_id, user_of(request).user_id, page
+    )
     return jsonable_encoder(rows)
 
 

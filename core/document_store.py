@@ -152,15 +152,16 @@ async def cancel_document(db: Db, document_id: uuid.UUID, user_id: uuid.UUID) ->
 
 
 async def document_chunks(
-    db: Db, document_id: uuid.UUID, page: int | None = None
+    db: Db, document_id: uuid.UUID, user_id: uuid.UUID, page: int | None = None
 ) -> list[dict[str, Any]]:
     """A document's chunks in order (one page's, with `page`); the caller checked it is the
-    user's."""
+    user's (whose partition of the chunks is read)."""
     return await fetch_all(
         db,
         "SELECT chunk_id, ordinal, page, heading, content FROM document_chunks"
-        " WHERE document_id = %s AND (%s::int IS NULL OR page = %s) ORDER BY ordinal",
-        (document_id, page, page),
+        " WHERE document_id = %s AND user_id = %s AND (%s::int IS NULL OR page = %s)"
+        " ORDER BY ordinal",
+        (document_id, user_id, page, page),
     )
 
 
@@ -231,7 +232,10 @@ async def store_chunks(
         owner = await cur.fetchone()
         if owner is None:
             return False
-        await cur.execute("DELETE FROM document_chunks WHERE document_id = %s", (document_id,))
+        await cur.execute(
+            "DELETE FROM document_chunks WHERE document_id = %s AND user_id = %s",
+            (document_id, owner["user_id"]),
+        )
         await cur.executemany(
             "INSERT INTO document_chunks"
             " (document_id, user_id, ordinal, page, heading, content, embedding, embed_model)"

@@ -3,16 +3,16 @@ fused with Reciprocal Rank Fusion as the web ranker fuses BM25 and dense (rag/ra
 in one SQL statement.
 
 Each half is a shape its index answers: `ORDER BY embedding <=> … LIMIT` with pgvector's iterative
-scan (one user's chunks among everyone's, core/memory_store.py's ITERATIVE_SCAN_SQL), and `@@` a
-tsquery of the message's words joined by OR (as BM25 counts any shared word: an AND of every word,
-`websearch_to_tsquery`, found the answer's passage in the top 5 for 0.90 of the SQuAD questions
-against 0.97 with OR, evals `documents-qa --limit 300`), leaving out words so common in a large
-library that looking for them would rank thousands of chunks (`COMMON_WORD_CHUNKS`; they still
-score). Only their union is scored. A chunk is
-kept if it is close enough in meaning (`RELEVANCE_FLOOR`) or matched by words and not unrelated in
-meaning (`WORDS_FLOOR`), so a question about something else finds nothing and no document is
-pushed into every answer. Chunks of the documents attached to the chat come first among equals
-(`CHAT_BOOST`).
+scan (the chunks are partitioned by user, migration 0014, so Postgres reads the user's partition
+only and skips the few other users sharing it, core/memory_store.py's ITERATIVE_SCAN_SQL), and
+`@@` a tsquery of the message's words joined by OR (as BM25 counts any shared word: an AND of
+every word, `websearch_to_tsquery`, found the answer's passage in the top 5 for 0.90 of the SQuAD
+questions against 0.97 with OR, evals `documents-qa --limit 300`), leaving out words so common in
+a large library that looking for them would rank thousands of chunks (`COMMON_WORD_CHUNKS`; they
+still score). Only their union is scored. A chunk is kept if it is close enough in meaning
+(`RELEVANCE_FLOOR`) or matched by words and not unrelated in meaning (`WORDS_FLOOR`), so a
+question about something else finds nothing and no document is pushed into every answer. Chunks
+of the documents attached to the chat come first among equals (`CHAT_BOOST`).
 """
 
 from __future__ import annotations
@@ -56,15 +56,23 @@ WORDS_FLOOR = 0.15
 # A chunk of a file attached in this chat counts as if ranked this much higher in both lists.
 CHAT_BOOST = 1.0 / (RRF_K + 1)
 
-# The lexemes in more than %(common_chunks)s chunks, from Postgres's statistics of the table.
+# The partitions of document_chunks (migration 0014: by hash of user_id).
+USER_PARTITIONS = 16
+
+# The lexemes in more than %(common_chunks)s chunks, from Postgres's statistics of the partitions
+# (autovacuum analyzes each partition, never the partitioned table), summed over them.
 COMMON_WORDS_SQL = """
-SELECT coalesce(array_agg(e.lexeme), '{}') FROM pg_stats AS s,
+SELECT coalesce(array_agg(lexeme), '{}') FROM (
+    SELECT e.lexeme FROM pg_inherits AS i
+    JOIN pg_class AS c ON c.oid = i.inhrelid
+    JOIN pg_stats AS s ON s.schemaname = current_schema() AND s.tablename = c.relname
+         AND s.attname = 'content_words' AND NOT s.inherited,
     unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, share)
-WHERE s.schemaname = current_schema() AND s.tablename = 'document_chunks'
-  AND s.attname = 'content_words'
-  AND e.lexeme IS NOT NULL  -- the frequencies array ends with 3 summary figures
-  AND e.share * (SELECT reltuples FROM pg_class WHERE oid = 'document_chunks'::regclass)
-      > %(common_chunks)s
+    WHERE i.inhparent = 'document_chunks'::regclass
+      AND e.lexeme IS NOT NULL  -- the frequencies array ends with 3 summary figures
+      AND c.reltuples > 0
+    GROUP BY e.lexeme HAVING sum(e.share * c.reltuples) > %(common_chunks)s
+) common
 """
 # Read again this often by each server process. The statistics change only when Postgres analyzes
 # the table (autovacuum, after a good share of it changed), and reading them in the search
@@ -105,7 +113,8 @@ WITH {QUERY_WORDS_SQL}, by_meaning AS (
 SELECT c.chunk_id, c.document_id, d.filename, c.page, c.heading, c.content,
        1 - (c.embedding <=> %(vector)s) AS similarity,
        f.score + CASE WHEN d.chat_id = %(chat)s THEN {CHAT_BOOST} ELSE 0 END AS score
-FROM fused f JOIN document_chunks c USING (chunk_id) JOIN documents d USING (document_id)
+FROM fused f JOIN document_chunks c ON c.chunk_id = f.chunk_id AND c.user_id = %(user)s
+JOIN documents d USING (document_id)
 WHERE d.status = 'ready'
   AND (1 - (c.embedding <=> %(vector)s) >= %(floor)s
        OR (f.words AND 1 - (c.embedding <=> %(vector)s) >= %(words_floor)s))
@@ -173,13 +182,30 @@ async def search_documents(
             await conn.execute(ITERATIVE_SCAN_SQL)
             await cur.execute(
                 SEARCH_SQL,
-                {"user": user_id, "model": embedder.model_name, "vector": vector, "text": text,
-                 "candidates": CANDIDATES, "meaning_candidates": MEANING_CANDIDATES,
-                 "common": common, "chat": chat_id, "floor": RELEVANCE_FLOOR,
-                 "words_floor": WORDS_FLOOR, "limit": limit},
+                search_parameters(user_id=user_id, chat_id=chat_id, vector=vector, text=text,
+                                  model=embedder.model_name, common=common, limit=limit),
             )  # fmt: skip
         rows = await cur.fetchall()
     return [FoundChunk(**row) for row in rows]
+
+
+def search_parameters(
+    *,
+    user_id: uuid.UUID,
+    chat_id: uuid.UUID | None,
+    vector: Any,
+    text: str,
+    model: str,
+    common: list[str],
+    limit: int,
+) -> dict[str, Any]:
+    """SEARCH_SQL's parameters: the query (`text`, its `vector` by `model`), whose chunks, the
+    chat searched from, the words not looked for (`common_words`) and how many to return."""
+    return {
+        "user": user_id, "model": model, "vector": vector, "text": text,
+        "candidates": CANDIDATES, "meaning_candidates": MEANING_CANDIDATES, "common": common,
+        "chat": chat_id, "floor": RELEVANCE_FLOOR, "words_floor": WORDS_FLOOR, "limit": limit,
+    }  # fmt: skip
 
 
 async def common_words(pool: AsyncConnectionPool, conn: AsyncConnection[Any]) -> list[str]:

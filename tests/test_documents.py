@@ -286,21 +286,11 @@ async def test_a_word_in_most_chunks_scores_but_is_not_looked_for(
             "INSERT INTO users (username) VALUES ('librarian') RETURNING user_id"
         )
         (user,) = await cur.fetchone()
-    document, _ = await document_store.add_document(
-        memory_pool, user, "zoo.txt", "text/plain", b"zoo notes"
-    )
     texts = [f"Zebra note {n}: the herd crossed the river at dawn." for n in range(25)]
     texts += [f"Giraffe note {n}: tall necks reach the acacia leaves." for n in range(5)]
-    vectors = await embedder.embed_documents(texts)
-    chunks = [
-        document_store.StoredChunk(None, "", text, vector)
-        for text, vector in zip(texts, vectors, strict=True)
-    ]
-    assert await document_store.store_chunks(
-        memory_pool, document["document_id"], chunks, embedder.model_name, "text", None
-    )
-    async with memory_pool.connection() as conn:
-        await conn.execute("ANALYZE document_chunks")
+    await add_chunks(memory_pool, embedder, user, texts)
+    # What autovacuum does: it analyzes each partition of the chunks, never the partitioned table.
+    await analyze_partitions(memory_pool)
 
     async def words(common: list[str]) -> tuple[str, str | None]:
         async with memory_pool.connection() as conn:
@@ -327,3 +317,106 @@ async def test_a_word_in_most_chunks_scores_but_is_not_looked_for(
         memory_pool, embedder, "zebra giraffe", user_id=user, limit=30
     )
     assert {c.content for c in found} >= set(texts[25:])  # the giraffe chunks, found by words too
+
+
+async def analyze_partitions(pool) -> None:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT inhrelid::regclass::text FROM pg_inherits"
+            " WHERE inhparent = 'document_chunks'::regclass"
+        )
+        partitions = [row[0] for row in await cur.fetchall()]
+        assert len(partitions) == document_search.USER_PARTITIONS
+        for partition in partitions:
+            await conn.execute(f"ANALYZE {partition}")
+
+
+async def add_chunks(pool, embedder, user, texts: list[str]) -> uuid.UUID:
+    """A new text document of the user's, ready, with one chunk per text; its id."""
+    document, _ = await document_store.add_document(
+        pool, user, f"{uuid.uuid4().hex}.txt", "text/plain", uuid.uuid4().bytes
+    )
+    vectors = await embedder.embed_documents(texts)
+    chunks = [
+        document_store.StoredChunk(None, "", text, vector)
+        for text, vector in zip(texts, vectors, strict=True)
+    ]
+    assert await document_store.store_chunks(
+        pool, document["document_id"], chunks, embedder.model_name, "text", None
+    )
+    return document["document_id"]
+
+
+async def test_a_search_reads_only_the_partition_holding_the_users_chunks(
+    memory_pool, embedder
+) -> None:
+    """The chunks are partitioned by user (migration 0014), each partition with its own HNSW and
+    GIN indexes: a user's search walks a graph of their own chunks (and the few users sharing
+    the partition), not one where most neighbours are someone else's to skip."""
+    users = []
+    async with memory_pool.connection() as conn:
+        for n in range(2):
+            cur = await conn.execute(
+                "INSERT INTO users (username) VALUES (%s) RETURNING user_id", (f"reader{n}",)
+            )
+            users.append((await cur.fetchone())[0])
+    await add_chunks(memory_pool, embedder, users[0], ["Herons nest in tall reeds by the lake."])
+    await add_chunks(memory_pool, embedder, users[1], ["Herons hunt fish in shallow water."])
+
+    vector = await embedder.embed_query("Where do herons nest?")
+    async with memory_pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            "EXPLAIN (FORMAT JSON) " + document_search.SEARCH_SQL,
+            document_search.search_parameters(
+                user_id=users[0], chat_id=None, vector=vector, text="Where do herons nest?",
+                model=embedder.model_name, common=[], limit=5,
+            ),
+        )  # fmt: skip
+        plan = (await cur.fetchone())[0]
+    scanned = set(relations_in(plan))
+    partitions = {name for name in scanned if name.startswith("document_chunks_p")}
+    assert len(partitions) == 1, scanned  # every read of the chunks pruned to one partition
+    found = await document_search.search_documents(
+        memory_pool, embedder, "Where do herons nest?", user_id=users[0]
+    )
+    assert [c.content for c in found] == ["Herons nest in tall reeds by the lake."]
+
+
+def relations_in(plan: Any) -> list[str]:
+    """Every table a JSON plan reads (its nodes' "Relation Name"s)."""
+    if isinstance(plan, list):
+        return [name for item in plan for name in relations_in(item)]
+    if not isinstance(plan, dict):
+        return []
+    names = [plan["Relation Name"]] if "Relation Name" in plan else []
+    for value in plan.values():
+        if isinstance(value, list | dict):
+            names += relations_in(value)
+    return names
+
+
+async def test_chunks_stored_before_partitioning_are_kept_and_found(database, embedder) -> None:
+    """Migration 0014 moves the chunks of an existing library into the partitioned table."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from core.db import _configure_connection, load_migrations, migrate
+    from tests.conftest import new_database
+
+    async with new_database(database) as conninfo:
+        await migrate(conninfo, load_migrations()[:13])
+        pool = AsyncConnectionPool(conninfo, min_size=1, max_size=2, open=False,
+                                   configure=_configure_connection)  # fmt: skip
+        await pool.open()
+        try:
+            document = await add_chunks(
+                pool, embedder, LOCAL_USER_ID, ["Otters hold hands while they sleep."]
+            )
+            assert await migrate(conninfo) == ["0014_document_chunks_by_user"]
+            chunks = await document_store.document_chunks(pool, document, LOCAL_USER_ID)
+            assert [c["content"] for c in chunks] == ["Otters hold hands while they sleep."]
+            found = await document_search.search_documents(
+                pool, embedder, "How do otters sleep?", user_id=LOCAL_USER_ID
+            )
+            assert [c.document_id for c in found] == [document]
+        finally:
+            await pool.close()
