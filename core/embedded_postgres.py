@@ -56,4 +56,7 @@ def write_settings(pgdata: Path, shared_buffers_mb: int) -> None:
     settings = pgdata / SETTINGS_FILE
     partial = settings.with_name(f"{SETTINGS_FILE}.{os.getpid()}.tmp")
     partial.write_text(f"shared_buffers = '{int(shared_buffers_mb)}MB'\n")
+    owner = pgdata.stat()
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # pgserver runs Postgres as its own user
+        os.chown(partial, owner.st_uid, owner.st_gid)
     partial.replace(settings)  # whole: another process may be starting it too

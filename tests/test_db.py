@@ -241,6 +241,8 @@ async def test_closing_and_reopening_keeps_the_data(
     db = await Database.open(settings)
     first_start = time.monotonic() - started
     assert await shared_buffers(db) == "160MB"
+    written = settings.pg_data_dir / "resolveai.conf"
+    assert written.stat().st_uid == settings.pg_data_dir.stat().st_uid  # Postgres's own file
     chat = await chat_store.create_chat(db.pool, "Survives a restart")
     await chat_store.add_message(db.pool, chat["chat_id"], "user", "hello")
     await db.close()
