@@ -570,6 +570,7 @@ async def research(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
         budget=research_budget(turn.services.settings, turn.services.model_plan),
         documents=document_search(turn) if turn.has_documents else None,
         memories=state.get("recalled", []),
+        draft=lambda text: get_stream_writer()({"type": "draft", "text": text}),
         **retrieval_hooks(turn),
     )
     turn.reply_so_far.append(work.report_so_far)  # a Stop saves the report so far

@@ -2,9 +2,10 @@
 
 Whichever process notices first does it: at start-up (`recover_abandoned_turns`), when the chat
 gets its next message (its claim had expired), or when a reader following the turn finds it
-abandoned. The reply so far (its text, sources and steps, rebuilt from the turn's event log) is
-saved as interrupted, unless a reply to that message was saved already, and the user's message is
-queued for memory extraction as a finished reply would have done.
+abandoned. The reply so far (its text, sources and steps, rebuilt from the turn's event log; for
+a research report not yet streamed, its last draft) is saved as interrupted, unless a reply to
+that message was saved already, and the user's message is queued for memory extraction as a
+finished reply would have done.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ async def recover_turn(services: Services, run_id: uuid.UUID | None = None) -> b
             return True  # it ended normally just before its process went away
         events = [event for _, event in await turn_store.events_after(conn, stale["run_id"], 0)]
         text = "".join(e.get("text", "") for e in events if e.get("type") == "token")
+        if not text:  # a research report streams at its end: its last draft is what was written
+            text = next((e["text"] for e in reversed(events) if e.get("type") == "draft"), "")
         sources = next((e["sources"] for e in reversed(events) if e.get("type") == "sources"), [])
         steps = [{k: v for k, v in e.items() if k != "type"} for e in events if e["type"] == "step"]
         with contextlib.suppress(chat_store.ChatNotFound):  # the chat was deleted meanwhile

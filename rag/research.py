@@ -15,7 +15,8 @@ small model answers one focused question well, and a whole report's structure po
 the local model asked for the whole report copied its sources and its own "Sources" list into it);
 "## Not found" (the sub-questions no source answered); "## Sources" (the cited ones only). A part
 that cites nothing says which sources it read. Stopped (or failed) before the end, the report so
-far (`report_so_far`) is the reply.
+far (`report_so_far`) is the reply; it is also kept in the turn's event log as it grows (`draft`),
+for a server that dies mid-research.
 
 Same providers, chunker, ranker and source blocks as a web search (rag/web_rag.py). A failed plan
 or check falls back (the question as its one sub-question; every sub-question counted answered),
@@ -88,6 +89,9 @@ class Research:
     # they told before (recalled memories), which the plan reads to make sub-questions concrete.
     documents: Callable[[str, int], Awaitable[list[FoundChunk]]] | None = None
     memories: list[str] = field(default_factory=list)
+    # Where the report so far goes each time it gains a part (and once planned): the turn's event
+    # log, so a reply whose server dies before the report streams keeps what was written.
+    draft: Callable[[str], Any] = lambda text: None
     searches: int = 0  # made so far (for the log and the evals)
     # What the report has so far, for `report_so_far`: the plan, the text of each part being
     # written (by sub-question), the sources published.
@@ -104,6 +108,7 @@ class Research:
         self.step(f"Research plan: {len(questions)} sub-question{'s' * (len(questions) > 1)}")
         for n, question in enumerate(questions, 1):
             self.step(f"{n}. {question}")
+        self.draft(self.report_so_far())
         pages: dict[str, SearchResult] = {}
         chunks: list[Any] = []
         best: dict[int, list[RankedChunk]] = {}
@@ -315,6 +320,7 @@ class Research:
             # A small model may leave the [n] out: the part was written from these sources
             # alone, so it says which it read.
             text += "\n\n_Read for this part: " + " ".join(f"[{n}]" for n in sorted(texts)) + "_"
+        self.draft(self.report_so_far())
         return text
 
 

@@ -259,6 +259,29 @@ async def test_start_up_recovers_what_a_dead_server_left(chat_services: Services
     assert reply is not None and (reply["status"], reply["content"]) == ("interrupted", "Hi")
 
 
+async def test_a_research_report_whose_server_died_keeps_its_parts_written(
+    chat_services: Services,
+) -> None:
+    """A report streams at its end; until then its drafts (the report so far, rag/research.py)
+    are in the event log, and the last one is what is recovered."""
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "crashed research")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "Two things?")
+    run_id = uuid.uuid4()
+    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, -1, user_id=None)
+    await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
+    written = [
+        {"type": "step", "text": "Research plan: 2 sub-questions", "elapsed_ms": 5},
+        {"type": "draft", "text": "# Two things?\n\n## Not finished"},
+        {"type": "draft", "text": "# Two things?\n\n## One\n\nThe first answer."},
+    ]
+    await turn_store.append_events(pool, run_id, list(enumerate(written, start=1)))
+    assert await recover_abandoned_turns(chat_services) == 1
+    reply = await chat_store.reply_of_run(pool, run_id)
+    assert reply is not None and reply["status"] == "interrupted"
+    assert reply["content"] == "# Two things?\n\n## One\n\nThe first answer."
+
+
 async def test_one_reply_per_turn_whichever_path_saves_it(
     chat_services: Services,
 ) -> None:

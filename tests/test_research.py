@@ -205,6 +205,34 @@ async def test_stop_while_the_report_is_written_saves_the_report_so_far(client, 
     assert refused.status_code == 409 and "Regenerate" in refused.json()["error"]
 
 
+async def test_each_part_written_is_kept_in_the_turns_events_for_a_crash(client, model) -> None:
+    """A report streams only at its end, so a server dying mid-research would leave no text to
+    recover: each time the report gains a part (and once the plan is made), the report so far goes
+    to the turn's event log as a `draft` event (clients ignore it; chat/turn_recovery.py saves the
+    last one when no text streamed)."""
+    model.push(plan(WARSAW, ZORBLAX), answered(1, 2))
+
+    def answer(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if ZORBLAX in messages[-1]["content"].rsplit("<question>", 1)[1]:
+            return {"text": "The Zorblax festival lasts three days [2].", "delay": 0.3}
+        return {"text": "About 1.7 million people live in Warsaw [1]."}
+
+    model.responder = answer
+    events = await research(client, f"Answer all: {WARSAW} {ZORBLAX}")
+    assert events[-1]["type"] == "done"
+    drafts = [e["text"] for e in events if e["type"] == "draft"]
+    assert len(drafts) == 3  # the plan, then each part
+    assert f"## Not finished\n\nNot researched to the end:\n\n- {WARSAW}\n- {ZORBLAX}" in drafts[0]
+    warsaw = f"## {WARSAW}\n\nAbout 1.7 million people live in Warsaw [1]."
+    assert warsaw in drafts[1] and f"- {ZORBLAX}" in drafts[1]  # part 2 not written yet
+    assert warsaw in drafts[2] and "The Zorblax festival lasts three days [2]." in drafts[2]
+    first_token = next(n for n, e in enumerate(events) if e["type"] == "token")
+    assert max(n for n, e in enumerate(events) if e["type"] == "draft") < first_token
+    # Not part of the reply: what streamed as tokens is what is saved.
+    saved = (await messages_of(client, events[0]["chat_id"]))[1]
+    assert saved["content"] == tokens(events) and "Stopped before" not in saved["content"]
+
+
 async def test_stop_while_searching_saves_the_plan_as_not_researched(client, model) -> None:
     model.push(plan(WARSAW, STEAM), {"text": json.dumps({"answered": [1]}), "delay": 0.5})
     async with client.stream(
