@@ -47,6 +47,8 @@ STREAM_EVENTS = {
     "tool_start": "a tool call begins: `id`, `name`, `args`",
     "tool_end": "a tool call ended: `id`, `name`, `ok`",
     "sources": "the web sources cited: `sources` [{`n`, `title`, `url`}]",
+    "draft": "research mode: the report so far, `text`, each time it gains a part (kept for a "
+    "server that dies mid-research; the report itself streams as `token` at the end)",
     "done": "the reply is complete and saved: `message_id`, `model` (the LiteLLM model that "
     "wrote it), `model_name` (as shown), `notes` (plain sentences shown with it) (last event)",
     "interrupted": "stopped (Stop, or the server went away); the reply so far is saved (last)",
