@@ -3,16 +3,19 @@
 Postgres ships with `shared_buffers = 128MB`, sized for any machine at all. Searches read the
 HNSW and GIN indexes page by page; once a user's chunks and memories outgrow 128 MB (about 100k
 document chunks: 160 MB of rows, 195 MB of vector index), every search copies thousands of pages
-in from the operating system's cache. On bench/documents.py's 100k chunks, warm, p50 / p95 went
-from 13.4-13.9 / 18.5-19.8 ms with 128 MB to 9.4-11.5 / 13.3-15.5 ms with 1 GB (bench/RESULTS.md,
-2026-12-04). A server of your own (DATABASE_URL) keeps its administrator's settings: managed
-services already size shared_buffers to the machine.
+in from the operating system's cache. The document search statement over a copy of
+bench/documents.py's 100k chunks (one table, warm) went from p50 / p95 13.4-13.9 / 18.5-19.8 ms
+with 128 MB to 9.4-11.5 / 13.3-15.5 ms with 1 GB (bench/RESULTS.md, 2026-12-04). A server of your
+own (DATABASE_URL) keeps its administrator's settings: managed services already size
+shared_buffers to the machine.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+import psutil
 
 SETTINGS_FILE = "resolveai.conf"  # in the data folder, included from postgresql.conf
 _INCLUDE = f"include_if_exists = '{SETTINGS_FILE}'  # written by ResolveAI at each start\n"
@@ -35,8 +38,6 @@ def automatic_shared_buffers_mb(memory_bytes: int, limit_bytes: int | None) -> i
 
 def machine_shared_buffers_mb() -> int:
     """`automatic_shared_buffers_mb` for this machine (and its cgroup v2 memory limit, if any)."""
-    import psutil
-
     limit: int | None = None
     try:
         text = _CGROUP_MEMORY_LIMIT.read_text().strip()
