@@ -19,12 +19,14 @@ import pytest
 from chat.tools import available_tool_names
 from core import document_store
 from core.accounts import LOCAL_USER_ID
+from core.db import load_migrations, migrate
 from core.services import Services
 from evals.pdf_pages import pdf_with_pages, wrap
 from rag import document_search
 from tests.chat_client import password_services, send, serve
 from tests.scripted_model import ScriptedProvider
 from tests.test_accounts import new_user, sign_in
+from tests.test_db import open_pool
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "docs" / "pdf-samples"
 READY_WITHIN = 120  # seconds: converting and embedding a small file on a busy 2-core machine
@@ -395,28 +397,22 @@ def relations_in(plan: Any) -> list[str]:
     return names
 
 
-async def test_chunks_stored_before_partitioning_are_kept_and_found(database, embedder) -> None:
+async def test_chunks_stored_before_partitioning_are_kept_and_found(
+    fresh_database: str, embedder
+) -> None:
     """Migration 0014 moves the chunks of an existing library into the partitioned table."""
-    from psycopg_pool import AsyncConnectionPool
-
-    from core.db import _configure_connection, load_migrations, migrate
-    from tests.conftest import new_database
-
-    async with new_database(database) as conninfo:
-        await migrate(conninfo, load_migrations()[:13])
-        pool = AsyncConnectionPool(conninfo, min_size=1, max_size=2, open=False,
-                                   configure=_configure_connection)  # fmt: skip
-        await pool.open()
-        try:
-            document = await add_chunks(
-                pool, embedder, LOCAL_USER_ID, ["Otters hold hands while they sleep."]
-            )
-            assert await migrate(conninfo) == ["0014_document_chunks_by_user"]
-            chunks = await document_store.document_chunks(pool, document, LOCAL_USER_ID)
-            assert [c["content"] for c in chunks] == ["Otters hold hands while they sleep."]
-            found = await document_search.search_documents(
-                pool, embedder, "How do otters sleep?", user_id=LOCAL_USER_ID
-            )
-            assert [c.document_id for c in found] == [document]
-        finally:
-            await pool.close()
+    await migrate(fresh_database, load_migrations()[:13])
+    pool = await open_pool(fresh_database)
+    try:
+        document = await add_chunks(
+            pool, embedder, LOCAL_USER_ID, ["Otters hold hands while they sleep."]
+        )
+        assert await migrate(fresh_database) == ["0014_document_chunks_by_user"]
+        chunks = await document_store.document_chunks(pool, document, LOCAL_USER_ID)
+        assert [c["content"] for c in chunks] == ["Otters hold hands while they sleep."]
+        found = await document_search.search_documents(
+            pool, embedder, "How do otters sleep?", user_id=LOCAL_USER_ID
+        )
+        assert [c.document_id for c in found] == [document]
+    finally:
+        await pool.close()
