@@ -12,8 +12,9 @@ Baseline, measured in the same run: the same chunks, every chunk embedded with s
 `model.encode` in one batch (batch_size = number of chunks), dense ranking. Each attempt at going
 faster is a row; recall@20 (a chunk holding an answer span in the top 20, span mapping as in
 evals/evidence_ranking.py) is measured for every row over all the questions, because speed must not
-cost recall. Rows marked "not adopted" change the model itself (bf16, int8): the embedder shared
-with memories would have to change, which is outside the ranker.
+cost recall. The rows "bf16 ranking copy" embed with a bfloat16 copy of the model
+(rag/embedder.py's `RankingEmbedder`, what WEB_RANK_PRECISION=auto picks on a CPU with AVX512-BF16);
+int8 quantization is a row for comparison, not used.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from evals.datasets import SQUAD_FILE, Squad, load_squad
 from evals.datasets import SquadQuestion as Question
 from evals.evidence_ranking import QueryCachingEmbedder, find_evidence
 from rag import ranker
-from rag.embedder import Embedder
+from rag.embedder import Embedder, RankingEmbedder, cpu_computes_bf16
 from rag.md_chunker import Chunk, budget_for, chunk_pages
 from rag.search_providers import SearchResult
 
@@ -61,7 +62,7 @@ Round = Callable[[str], Awaitable[list[int]]]  # query → indices of the top ch
 class CountingEmbedder:
     """The app's embedder, counting the chunks it embeds (the rows' "embedded" column)."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder | RankingEmbedder) -> None:
         self.embedder = embedder
         self.count = 0
 
@@ -85,7 +86,12 @@ class Bench:
         evidence = find_evidence(squad, squad.questions, self.chunks)
         self.relevant = evidence.by_span
         self.queries = QueryCachingEmbedder(embedder)  # recall runs: each query embedded once
-        self.counting = CountingEmbedder(embedder)
+        self.counting = CountingEmbedder(RankingEmbedder(embedder, "float32"))
+        self.counting_bf16 = CountingEmbedder(RankingEmbedder(embedder, "bfloat16"))
+
+    @property
+    def embedded(self) -> int:
+        return self.counting.count + self.counting_bf16.count
 
     def chunk(self) -> list[Chunk]:
         return chunk_pages(self.results, self.embedder.count_tokens, self.budget)
@@ -99,7 +105,7 @@ class Bench:
         async def run(query: str) -> list[int]:
             chunks = self.chunk()
             texts = [c.text for c in chunks]
-            self.counting.count += len(texts)
+            self.counting.count += len(texts)  # the bench's count of chunks embedded
             vectors = st_model.encode(
                 texts,
                 batch_size=batch_size or len(texts),
@@ -115,15 +121,19 @@ class Bench:
 
         return run
 
-    def ranker_round(self, cache: dict[str, np.ndarray] | None = None, **options: object) -> Round:
-        """Chunk (in a worker thread), then rag.ranker.rank_chunks with a fresh cache."""
+    def ranker_round(
+        self, cache: dict[str, np.ndarray] | None = None, bf16: bool = False, **options: object
+    ) -> Round:
+        """Chunk (in a worker thread), then rag.ranker.rank_chunks with a fresh cache, embedding
+        with the float32 model or the bf16 ranking copy."""
+        embedder = self.counting_bf16 if bf16 else self.counting
 
         async def run(query: str) -> list[int]:
             chunks = await asyncio.to_thread(self.chunk)
             ranked = await ranker.rank_chunks(
                 query,
                 chunks,
-                self.counting,
+                embedder,
                 TOP_K,
                 cache={} if cache is None else cache,
                 **options,  # type: ignore[arg-type]
@@ -167,14 +177,16 @@ class Bench:
 
         return await self.recall(rank)
 
-    async def ranker_recall(self, **options: object) -> tuple[float, float]:
+    async def ranker_recall(self, bf16: bool = False, **options: object) -> tuple[float, float]:
         cache: dict[str, np.ndarray] = {}  # shared: results don't depend on it, only speed
+        # Float32: each query embedded once over the rows (a cache); bf16: the copy's own vectors.
+        embedder = self.counting_bf16 if bf16 else self.queries
 
         async def rank(q: Question) -> list[int]:
             ranked = await ranker.rank_chunks(
                 q.question,
                 self.chunks,
-                self.queries,
+                embedder,
                 TOP_K,
                 cache=cache,
                 **options,  # type: ignore[arg-type]
@@ -216,7 +228,8 @@ async def run_bench(runs: int) -> None:
         f" {len(bench.chunks)} chunks ({tokens} tokens), budget {bench.budget}. Median of {runs}"
         f" rounds, each a different query, attempts interleaved round by round (so a busy"
         f" machine slows them alike); CPU = process CPU time, all threads. Recall over"
-        f" {len(squad.questions)} questions. torch threads: {torch.get_num_threads()}.\n"
+        f" {len(squad.questions)} questions. torch threads: {torch.get_num_threads()}. This CPU"
+        f" {'computes' if cpu_computes_bf16() else 'lacks'} bfloat16 (AVX512-BF16).\n"
     )
     threads = torch.get_num_threads()
 
@@ -248,7 +261,9 @@ async def run_bench(runs: int) -> None:
         warnings.simplefilter("ignore")  # torch.ao's deprecation notices
         bf16 = bf16_model(bench.model)
         int8 = int8_model(bench.model)
-    not_adopted = "not adopted: would change the embedder shared with memories"
+    native_bf16 = cpu_computes_bf16()
+    default_f32 = " (default here)" if not native_bf16 else " (default without AVX512-BF16)"
+    default_bf16 = " (default here)" if native_bf16 else " (default with AVX512-BF16)"
     attempts = [
         Attempt(
             "baseline: model.encode, one batch, dense",
@@ -288,7 +303,7 @@ async def run_bench(runs: int) -> None:
         *[
             Attempt(
                 f"hybrid, BM25 prefilter: top {n} embedded, calls of {batch}"
-                + (" (default)" if n == ranker.DENSE_CANDIDATES else ""),
+                + (default_f32 if n == ranker.DENSE_CANDIDATES else ""),
                 bench.ranker_round(method="hybrid", dense_candidates=n),
                 lambda n=n: bench.ranker_recall(method="hybrid", dense_candidates=n),
             )
@@ -303,16 +318,25 @@ async def run_bench(runs: int) -> None:
             "default, torch threads = 1", one_thread(bench.ranker_round()), bench.ranker_recall
         ),
         Attempt(
+            f"hybrid, top {ranker.DENSE_CANDIDATES} embedded, bf16 ranking copy{default_bf16}",
+            bench.ranker_round(bf16=True),
+            lambda: bench.ranker_recall(bf16=True),
+        ),
+        Attempt(
+            "bf16 ranking copy, all chunks embedded, dense",
+            bench.ranker_round(bf16=True, method="dense"),
+            lambda: bench.ranker_recall(bf16=True, method="dense"),
+        ),
+        Attempt(
             "baseline with bf16 weights",
             bench.encode_round(None, bf16),
             lambda: bench.dense_recall(bf16),
-            not_adopted,
         ),
         Attempt(
             "baseline with int8 dynamic quantization",
             bench.encode_round(None, int8),
             lambda: bench.dense_recall(int8),
-            not_adopted,
+            "not used: recall@5 drops",
         ),
     ]
     for attempt in attempts:
@@ -322,12 +346,12 @@ async def run_bench(runs: int) -> None:
     embedded: dict[str, list[int]] = {a.name: [] for a in attempts}
     for query in queries:
         for attempt in attempts:
-            count = bench.counting.count
+            count = bench.embedded
             started, started_cpu = time.perf_counter(), time.process_time()
             await attempt.run(query)
             wall[attempt.name].append(time.perf_counter() - started)
             cpu[attempt.name].append(time.process_time() - started_cpu)
-            embedded[attempt.name].append(bench.counting.count - count)
+            embedded[attempt.name].append(bench.embedded - count)
 
     base = statistics.median(wall[attempts[0].name])
     base_cpu = statistics.median(cpu[attempts[0].name])

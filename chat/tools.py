@@ -237,7 +237,7 @@ def retrieval_hooks(turn: TurnContext, tool: str | None = None) -> dict[str, Any
     writer = get_stream_writer()
     extra = {"tool": tool} if tool else {}
     return {
-        "embedder": turn.services.embedder,
+        "embedder": turn.services.embedder.ranking,
         "router": turn.services.router,
         "step": lambda text: step_event(turn, text, **extra),
         "token": lambda text: writer({"type": "token", "text": text}),

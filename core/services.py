@@ -108,7 +108,9 @@ async def open_services(settings: Settings) -> Services:
     # up) while it loads, and whatever needs it (recall, a search, a document) queues behind the
     # load in the embedder's one thread. A model of the user's choosing is waited for, so a name
     # that does not load stops start-up with one line. (python -m bench.startup measures both.)
-    embedder = Embedder(settings.embed_model_name, settings.embed_threads)
+    embedder = Embedder(
+        settings.embed_model_name, settings.embed_threads, settings.web_rank_precision
+    )
     loading = asyncio.ensure_future(embedder.load())
     try:
         database = await Database.open(settings)

@@ -36,7 +36,7 @@ import numpy as np
 from evals.datasets import SQUAD_FILE, Squad, SquadQuestion, load_squad, sample
 from evals.report import Report, Table
 from rag import ranker
-from rag.embedder import Embedder
+from rag.embedder import Embedder, RankingEmbedder
 from rag.md_chunker import Chunk, budget_for, chunk_pages
 
 DEFAULT_DATA = SQUAD_FILE
@@ -155,7 +155,7 @@ class QueryCachingEmbedder:
     (the ranker's own cache is per message; here every question ranks the same chunks). Counts
     the chunks each ranking asked for, to report the prefilter's saving."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder | RankingEmbedder) -> None:
         self.embedder = embedder
         self.queries: dict[str, np.ndarray] = {}
         self.requested = 0
@@ -265,7 +265,7 @@ async def evaluate(
 ) -> dict[str, Any]:
     chunks = chunk_pages(squad.results(), embedder.count_tokens, budget)
     evidence = find_evidence(squad, questions, chunks)
-    wrapped = QueryCachingEmbedder(embedder)
+    wrapped = QueryCachingEmbedder(embedder.ranking)  # what a search round ranks with
     cache: dict[str, np.ndarray] = {}
     rows = [
         await score_method(name, questions, chunks, evidence, wrapped, cache, **options)
@@ -316,10 +316,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget", type=int, action="append", help="chunk budget(s); default: the model's"
     )
+    parser.add_argument(
+        "--rank-precision",
+        choices=["auto", "bfloat16", "float32"],
+        default="auto",
+        help="the ranking vectors' precision (WEB_RANK_PRECISION); default: auto",
+    )
 
 
 async def run(args: argparse.Namespace) -> Report:
-    async with Embedder() as embedder:
+    async with Embedder(rank_precision=args.rank_precision) as embedder:
         squad = load_squad(args.data)
         questions = sample(squad.answerable, args.limit)
         budgets = args.budget or [budget_for(embedder)]
@@ -336,7 +342,7 @@ async def run(args: argparse.Namespace) -> Report:
         args.data,
         tables(results),
         results,
-        {"embedder": embedder.describe()},
+        {"embedder": embedder.describe(), "rank_precision": embedder.ranking.precision},
         [
             f"Default: {ranker.DEFAULT_METHOD}, BM25 prefilter {ranker.DENSE_CANDIDATES},"
             f" RRF k={ranker.RRF_K}. The chunks of all {len(squad.pages)} pages are ranked for"

@@ -13,8 +13,10 @@ share a word with the query, the others in search-result order. Chunk headers na
 page whose title matches the query has every chunk matched. Candidates take the top of the fused
 list; the other chunks follow by BM25 alone. When no chunk shares a word with the query, every chunk
 is embedded and the ranking is dense-only. Embedding goes in calls of `EMBED_BATCH` texts of similar
-length. bench/web_rank.py: 3.1× faster than embedding every chunk in one batch (5 pages, 49 KB,
-58 chunks), with equal recall@20.
+length. The app passes the embedder's ranking view (rag/embedder.py), which on a CPU with
+AVX512-BF16 embeds with a bfloat16 copy of the model. bench/web_rank.py (5 pages, 49 KB, 58 chunks),
+against embedding every chunk in one batch: 3.9× faster in float32 and 8.1× with the bf16 copy,
+recall@5 and @20 equal (2026-12-04).
 
 `cache` maps chunk text → vector and belongs to one user message: a page seen by an earlier search
 round of the same message is not embedded again. Embedding runs in the embedder's worker thread,
@@ -41,9 +43,9 @@ DEFAULT_TOP_K = 20
 # Texts per embedding call: 1.2-1.3× faster than the embedder's batches of 64 (bench/web_rank.py).
 EMBED_BATCH = 8
 # Chunks embedded per round (the BM25 prefilter); None embeds every chunk. As many as a round
-# keeps, so meaning can reorder the whole kept list: 3.1× faster than embedding all 58 chunks of 5
-# pages with no recall lost; 15 was 3.8×, also without loss on SQuAD, but leaves the last five
-# kept chunks to BM25 alone.
+# keeps, so meaning can reorder the whole kept list: 3.1-3.9× faster than embedding all 58 chunks
+# of 5 pages with no recall lost; 15 was 3.8-5.0×, also without loss on SQuAD, but leaves the last
+# five kept chunks to BM25 alone.
 DENSE_CANDIDATES: int | None = 20
 
 

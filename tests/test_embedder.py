@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from core.config import PROJECT_ROOT
 from core.errors import StartupError
@@ -94,3 +95,52 @@ print(before, embedder._executor.submit(torch.get_num_threads).result())
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["2", "1"]
+
+
+# --- The ranking copy ----------------------------------------------------------------------------
+
+
+async def test_ranking_vectors_come_from_a_bf16_copy_and_stored_vectors_do_not() -> None:
+    """WEB_RANK_PRECISION=bfloat16: a search round's vectors come from a bf16 copy of the model,
+    close to the float32 ones (they rank alike), while memories and documents, whose vectors are
+    stored and compared with older ones, keep the float32 model."""
+    texts = ["The lighthouse was built in 1871.", "Peanut allergies can be severe."]
+    async with Embedder(rank_precision="bfloat16") as embedder:
+        stored = await embedder.embed_documents(texts)
+        ranked = await embedder.ranking.embed_documents(texts)
+        query = await embedder.ranking.embed_query("When was the lighthouse built?")
+        assert embedder.ranking.precision == "bfloat16"
+        assert {p.dtype for p in embedder.model.parameters()} == {torch.float32}
+        assert ranked.dtype == np.float32 and ranked.shape == stored.shape
+        assert not np.array_equal(ranked, stored)  # another model made them
+        assert np.all(np.sum(ranked * stored, axis=1) > 0.99)
+        np.testing.assert_allclose(np.linalg.norm(ranked, axis=1), 1.0, atol=1e-3)
+        assert int(np.argmax(ranked @ query)) == 0
+        # The view reads like the embedder for chunking (tokens, budget).
+        assert embedder.ranking.count_tokens("hello") == embedder.count_tokens("hello")
+
+
+async def test_float32_ranking_uses_the_stored_model(embedder: Embedder) -> None:
+    texts = ["The lighthouse was built in 1871."]
+    plain = Embedder(rank_precision="float32")
+    plain._model = embedder.model  # the session's loaded model: no second load
+    plain.state = "ready"
+    try:
+        assert plain.ranking.precision == "float32"
+        np.testing.assert_array_equal(
+            await plain.ranking.embed_documents(texts), await plain.embed_documents(texts)
+        )
+    finally:
+        plain.close()
+
+
+@pytest.mark.parametrize(("native_bf16", "chosen"), [(True, "bfloat16"), (False, "float32")])
+def test_auto_precision_follows_the_cpu(monkeypatch, native_bf16: bool, chosen: str) -> None:
+    """auto: bf16 only where the CPU computes it natively (AVX512-BF16); elsewhere torch emulates
+    it and the copy is slower than float32 (0.8x on an AVX-512 CPU without it, bench/RESULTS.md)."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native_bf16)
+    embedder = Embedder(rank_precision="auto")
+    try:
+        assert embedder.ranking.precision == chosen
+    finally:
+        embedder.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 
 from chat.nodes import FORCED_SEARCH_MAX_TOKENS
 from chat.runner import start_turn, stream_turn
@@ -144,6 +145,33 @@ async def test_enough_evidence_on_the_first_search(client, model) -> None:
     assert saved["content"] == "Warsaw has about 1.7 million inhabitants[1]."
     assert saved["sources"] == sources
     assert saved["tool_calls"][0]["name"] == "web_search"
+
+
+async def test_a_search_round_ranks_with_the_ranking_copy(
+    client, model, chat_services, monkeypatch
+) -> None:
+    """With WEB_RANK_PRECISION=bfloat16 a search round's chunks and query are embedded by the bf16
+    ranking copy (rag/embedder.py); the float32 model, whose vectors are stored, stays as it was."""
+    embedder = chat_services.embedder
+    monkeypatch.setattr(embedder.ranking, "precision", "bfloat16")
+    encoded: list[tuple[int, bool]] = []
+    encode = embedder._encode
+
+    async def spy(texts: list[str], bf16: bool = False) -> Any:
+        encoded.append((len(texts), bf16))
+        return await encode(texts, bf16)
+
+    monkeypatch.setattr(embedder, "_encode", spy)
+    model.push(
+        search("Warsaw population"),
+        verdict(True, "The population is stated."),
+        {"text": "Warsaw has about 1.7 million inhabitants [1]."},
+    )
+    await send(client, "How many people live in Warsaw?")
+    ranking = [count for count, bf16 in encoded if bf16]
+    assert ranking and sum(ranking) > 1  # the chunks and the query
+    assert {p.dtype for p in embedder.model.parameters()} == {torch.float32}
+    assert {p.dtype for p in embedder._ranking_model.parameters()} == {torch.bfloat16}
 
 
 async def test_not_enough_then_enough(client, model) -> None:
