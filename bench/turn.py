@@ -9,9 +9,10 @@ database (embedded Postgres in a temporary data folder) and the real embedder, w
 on the scripted model (`tests/scripted_model.py`) answering at once: a 20-word reply, streamed word
 by word with no delay, so whatever time a turn takes is the server's. The clients run in a
 subprocess (`bench/turn_client.py`, httpx), so their work never runs on the loop being measured.
-Each client sends its messages one after another in a chat of its own, the next as soon as a reply
-has ended (or `--think` seconds later, like a person reading it), and the server folds the chat's
-older messages into its summary as it does for real: 10 at a time once 20 are unsummarised, after
+Each client sends its messages (each text made distinct by a number at its end, so no turn reuses
+another's vectors) one after another in a chat of its own, the next as soon as a reply has ended
+(or `--think` seconds later, like a person reading it), and the server folds the chat's older
+messages into its summary as it does for real: 10 at a time once 20 are unsummarised, after
 the reply's stream has ended (`chat/summary.py`); a phase waits for those folds, as for the memory
 extractions, so their work counts in the phase that caused it. With no think time the clients
 keep the server busy all the time, so at 10 or 50 clients a message mostly waits for the others'
@@ -631,10 +632,10 @@ class Bench:
         encode = embedder._encode_blocking
         timings: list[float] = []
 
-        def timed(texts: list[str]) -> Any:
+        def timed(texts: list[str], bf16: bool = False) -> Any:
             started = time.perf_counter()
             try:
-                return encode(texts)
+                return encode(texts, bf16)
             finally:
                 timings.append(time.perf_counter() - started)
 

@@ -13,6 +13,7 @@ end of the stream, plus any error. Not meant to be run by hand; `python -m bench
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 import time
@@ -25,13 +26,24 @@ from tests.chat_client import read_events
 MESSAGE = "What is a good name for a small grey cat that likes to sleep on the windowsill?"
 
 
-async def one_turn(http: httpx.AsyncClient, chat_id: str | None) -> dict[str, Any]:
+_numbers = itertools.count()
+
+
+def message_text() -> str:
+    """The bench's message, made distinct (as a person's messages are) so that no turn finds its
+    text's vector already computed by an earlier one."""
+    return f"{MESSAGE} ({next(_numbers)})"
+
+
+async def one_turn(
+    http: httpx.AsyncClient, chat_id: str | None, content: str = MESSAGE
+) -> dict[str, Any]:
     """Send one message; timings in seconds from just before the request was sent."""
     path = f"/api/chats/{chat_id}/messages" if chat_id else "/api/messages"
     result: dict[str, Any] = {"first": None, "done": None, "end": None, "error": None,
                               "chat_id": chat_id, "events": 0}  # fmt: skip
     started = time.perf_counter()
-    async with http.stream("POST", path, json={"content": MESSAGE}) as response:
+    async with http.stream("POST", path, json={"content": content}) as response:
         if response.status_code != 200:
             body = (await response.aread()).decode(errors="replace")[:200]
             result["error"] = f"HTTP {response.status_code}: {body}"
@@ -58,7 +70,7 @@ async def one_client(http: httpx.AsyncClient, turns: int, think: float) -> list[
         if think and number:
             await asyncio.sleep(think)
         try:
-            result = await one_turn(http, chat_id)
+            result = await one_turn(http, chat_id, message_text())
         except httpx.HTTPError as error:
             result = {"first": None, "done": None, "end": None, "events": 0,
                       "error": f"{type(error).__name__}: {error}", "chat_id": chat_id}  # fmt: skip

@@ -179,20 +179,29 @@ class ToolCallStreamFilter:
         else:
             shown = text
             # Hold a piece's end that could grow into a tag with the next piece.
-            size = max(
-                (
-                    n
-                    for tag in OPEN_TAGS + CLOSE_TAGS + PROMPT_TAGS
-                    for n in range(1, len(tag))
-                    if text.endswith(tag[:n])
-                ),
-                default=0,
-            )
+            size = _partial_tag_size(text)
             if size:
                 shown, self._pending = text[:-size], text[-size:]
         shown = _PROMPT_TAG_RE.sub("", _CLOSE_TAG_RE.sub("", shown))
         self._shown_visible = self._shown_visible or bool(shown.strip())
         return shown
+
+
+_ALL_TAGS = OPEN_TAGS + CLOSE_TAGS + PROMPT_TAGS
+_LONGEST_TAG = max(map(len, _ALL_TAGS))
+
+
+def _partial_tag_size(text: str) -> int:
+    """The length of the longest end of `text` that is the start of a tag (not a whole one).
+    Every tag begins with "<": only the ends starting at a "<" are compared, once per piece of
+    every streamed reply."""
+    start = max(0, len(text) - _LONGEST_TAG + 1)
+    while (start := text.find("<", start)) >= 0:
+        tail = text[start:]
+        if any(len(tail) < len(tag) and tag.startswith(tail) for tag in _ALL_TAGS):
+            return len(tail)
+        start += 1
+    return 0
 
 
 def _start_verdict(text: str) -> str:

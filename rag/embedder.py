@@ -5,7 +5,8 @@ offline. `EMBED_MODEL_NAME` may name another 384-dimension sentence-transformers
 with model-hub access); its query prefix, if it has one, is applied to queries. The model loads
 once per process, in a worker thread; encoding runs on one dedicated thread so the event loop never
 waits on the CPU and concurrent requests don't fight over torch's cores. Vectors are L2-normalized,
-so cosine similarity is a dot product.
+so cosine similarity is a dot product. Recent query vectors are kept (a turn looks its user message
+up twice: memory recall, then memory extraction).
 
 `Embedder.ranking` is the embedder as a search round's ranking uses it. Those vectors live for one
 user message and are compared only with each other, never stored, so on a CPU that computes
@@ -23,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +41,9 @@ log = logging.getLogger("resolveai.embedder")
 
 EMBED_DIMENSIONS = 384  # the width of `memories.embedding`
 BATCH_SIZE = 64
+# Query vectors kept for reuse: a turn looks its user message up twice (memory recall before the
+# reply, memory extraction after it); a few hundred turns' worth is ~0.4 MB.
+QUERY_CACHE_SIZE = 256
 
 RankPrecision = Literal["auto", "bfloat16", "float32"]
 
@@ -83,6 +88,7 @@ class Embedder:
         self._model: SentenceTransformer | None = None
         self._ranking_model: SentenceTransformer | None = None
         self.ranking = RankingEmbedder(self, rank_precision)
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()  # read on the event loop only
         self._load_lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
         self.state = "not loaded"
@@ -190,8 +196,17 @@ class Embedder:
         return await self._encode([self.document_prefix + text for text in texts])
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """The vector to search with (the model's query prefix applied)."""
-        return (await self._encode([self.query_prefix + text]))[0]
+        """The vector to search with (the model's query prefix applied); a text asked for lately
+        is not embedded again. The vector is shared, so it is read-only."""
+        if (vector := self._queries.get(text)) is not None:
+            self._queries.move_to_end(text)
+            return vector
+        vector = (await self._encode([self.query_prefix + text]))[0]
+        vector.flags.writeable = False
+        self._queries[text] = vector
+        if len(self._queries) > QUERY_CACHE_SIZE:
+            self._queries.popitem(last=False)
+        return vector
 
     # --- tokens ------------------------------------------------------------------------------
 

@@ -144,3 +144,27 @@ def test_auto_precision_follows_the_cpu(monkeypatch, native_bf16: bool, chosen: 
         assert embedder.ranking.precision == chosen
     finally:
         embedder.close()
+
+
+async def test_a_repeated_query_is_embedded_once(embedder: Embedder, monkeypatch) -> None:
+    """A turn looks its user message up twice (memory recall before the reply, the memory
+    extraction after it): the second lookup reuses the vector instead of running the model."""
+    encoded: list[list[str]] = []
+    encode = embedder._encode_blocking
+
+    def counting(texts: list[str], bf16: bool = False) -> np.ndarray:
+        encoded.append(texts)
+        return encode(texts, bf16)
+
+    monkeypatch.setattr(embedder, "_encode_blocking", counting)
+    text = f"What am I allergic to? ({time.time()})"  # not asked before in this session
+    first = await embedder.embed_query(text)
+    again = await embedder.embed_query(text)
+    np.testing.assert_array_equal(first, again)
+    assert len(encoded) == 1
+    with pytest.raises(ValueError):
+        again[0] = 1.0  # shared: nobody may change it in place
+    await embedder.embed_query(text + " And my sister?")
+    await embedder.ranking.embed_query(text)  # the ranking copy's vectors are its own
+    await embedder.embed_documents([text])  # documents are stored, not looked up again
+    assert len(encoded) == 4

@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from chat.tool_markup import ToolCallStreamFilter, parse_tool_calls
+from chat.tool_markup import (
+    CLOSE_TAGS,
+    OPEN_TAGS,
+    PROMPT_TAGS,
+    ToolCallStreamFilter,
+    _partial_tag_size,
+    parse_tool_calls,
+)
 
 TOOLS = {"get_weather", "web_search"}
 PARIS = ("get_weather", {"city": "Paris"})
@@ -264,3 +271,22 @@ def test_echoed_prompt_tags_go_and_what_they_wrap_stays() -> None:
     assert "".join(shown) + rest == "I remember the sea.\n Done. x < y, <b>bold</b>"
     assert calls == []
     assert parse_tool_calls('<source n="1">\nParis.\n</source>', set()) == ("Paris.", [])
+
+
+def test_a_piece_ending_in_part_of_a_tag_holds_exactly_that_part() -> None:
+    """The held end of a streamed piece is the longest end that starts a tag: checked against
+    the definition (every tag, every proper prefix) on ends cut at every point of every tag."""
+    tags = OPEN_TAGS + CLOSE_TAGS + PROMPT_TAGS
+
+    def by_definition(text: str) -> int:
+        ends = (n for tag in tags for n in range(1, len(tag)) if text.endswith(tag[:n]))
+        return max(ends, default=0)
+
+    cases = ["", "plain text", "a < b", "x<", "<<", "<</", "</tool_c", "see <tool_call>"]
+    cases += [f"ok {tag[:n]}" for tag in tags for n in range(len(tag) + 1)]
+    cases += [f"{tag[:n]}<{tag[:m]}" for tag in tags[:3] for n in range(4) for m in range(6)]
+    for text in cases:
+        assert _partial_tag_size(text) == by_definition(text), text
+    stream = ToolCallStreamFilter(set())
+    assert stream.feed("Hello </too") == "Hello "
+    assert stream.feed("ls> world") == " world"  # a stray closing tag is markup
