@@ -171,7 +171,11 @@ class LocalLlamaProvider(CustomProvider):
         await asyncio.to_thread(self._ensure_loaded)
 
     async def generate(
-        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        whole: bool = False,
     ) -> AsyncIterator[ProviderEvent]:
         # A reply held to a JSON grammar cannot hold a tool call, so no tools are offered.
         # (Read here too so that an unusable response_format fails before any work starts.)

@@ -574,7 +574,14 @@ async def research(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
         **retrieval_hooks(turn),
     )
     turn.reply_so_far.append(work.report_so_far)  # a Stop saves the report so far
-    result = await work.run()
+    # Someone watches the report being made: its model calls go before background work on the
+    # local model (and make it give way). Their progress is not shown: the research's own steps
+    # say what it is doing, and its calls run several at a time.
+    watched = progress_listener.set(lambda text: None)
+    try:
+        result = await work.run()
+    finally:
+        progress_listener.reset(watched)
     return {"reply": result.answer or "", "sources": result.sources}
 
 

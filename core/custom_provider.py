@@ -78,9 +78,14 @@ class CustomProvider(CustomLLM):
         """Let go of what the provider holds (a model process, connections)."""
 
     def generate(
-        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        whole: bool = False,
     ) -> AsyncIterator[ProviderEvent]:
-        """Yield the reply as events; `params` are LiteLLM's optional params (tools…)."""
+        """Yield the reply as events; `params` are LiteLLM's optional params (tools…). `whole`:
+        the caller takes the reply only once it is complete (not streamed)."""
         raise NotImplementedError
 
     # --- async -------------------------------------------------------------------------------
@@ -131,7 +136,7 @@ class CustomProvider(CustomLLM):
         text: list[str] = []
         calls: list[ToolCallRequest] = []
         usage = UsageReport(0, 0)
-        async for event in self.generate(model, messages, optional_params):
+        async for event in self.generate(model, messages, optional_params, whole=True):
             if isinstance(event, TextDelta):
                 text.append(event.text)
             elif isinstance(event, ToolCallRequest):

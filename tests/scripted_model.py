@@ -42,6 +42,7 @@ from core.custom_provider import (
     ToolCallRequest,
     UsageReport,
 )
+from core.model_progress import someone_is_watching
 
 ScriptedTurn = dict[str, Any]
 Responder = Callable[[str, list[dict[str, Any]]], ScriptedTurn]
@@ -94,7 +95,11 @@ class ScriptedProvider(CustomProvider):
         return len(self._turns)
 
     async def generate(
-        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        whole: bool = False,
     ) -> AsyncIterator[ProviderEvent]:
         # A model with a queue of its own records its calls apart too (`own_calls`), so a test
         # counting the chat's calls is not thrown by an extraction running meanwhile.
@@ -108,6 +113,10 @@ class ScriptedProvider(CustomProvider):
                 # As LiteLLM handed it on, so tests can assert a JSON reply (of what shape)
                 # was asked for.
                 "response_format": params.get("response_format"),
+                # Whether someone watches it (a turn's call) and wants it whole: background work
+                # on the local model is the unwatched whole kind (core/local_model/provider.py).
+                "watched": someone_is_watching(),
+                "whole": whole,
             }
         )
         if len(calls) > MAX_RECORDED_CALLS:

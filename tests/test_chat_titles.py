@@ -93,6 +93,8 @@ async def test_title_comes_from_the_utility_model_after_the_first_reply(client, 
     prompt = call["messages"][-1]["content"]
     assert question in prompt and "Spring is a lovely time for Lisbon." in prompt
     assert call["max_tokens"] == titles.MAX_TOKENS
+    # Background work: on the local model it gives way to a reply someone waits for.
+    assert (call["watched"], call["whole"]) == (False, True)
 
     # The next message does not title the chat again.
     await send(client, "And then?", chat_id)

@@ -146,6 +146,11 @@ async def test_newcomer_states_facts_and_later_chats_know_them(
     # Extraction read the message as numbered sentences (a first message: no reply before it).
     request = model.own_calls["memory"][-1]["messages"][-1]["content"]
     assert "[2] I'm Dana." in request and "<assistant_said_before>" not in request
+    # Background work: on the local model it gives way to a reply someone waits for.
+    assert (model.own_calls["memory"][-1]["watched"], model.own_calls["memory"][-1]["whole"]) == (
+        False,
+        True,
+    )
     saved = {m["content"]: m for m in await memories(client)}
     assert set(saved) == {
         "The user's name is Dana.", "The user lives in Lisbon.", "The user is allergic to peanuts.",

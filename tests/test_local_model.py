@@ -406,6 +406,113 @@ async def test_queue_serves_a_watched_request_before_waiting_background_work(
     assert order == ["first", "chat", "background"]
 
 
+@asynccontextmanager
+async def pacing_openai_server() -> AsyncIterator[tuple[str, list[dict[str, Any]], asyncio.Event]]:
+    """A loopback stand-in for the model's server that writes as slowly as the real one: a reply
+    of 30 pieces, one every 0.1 s, for a message saying "background", and one piece at once for
+    any other. Yields its base URL and, per request, its message and whether it ended early
+    (its client closed the connection: how a request stops the model), and an event set at the
+    first request."""
+    requests: list[dict[str, Any]] = []
+    first = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        body = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
+        message = body["messages"][-1]["content"]
+        record = {"message": message, "stopped": False}
+        requests.append(record)
+        first.set()
+        pieces = [f"w{n} " for n in range(30)] if message == "background" else ["Hello there."]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        )
+        try:
+            for piece in pieces:
+                chunk = {
+                    "id": "1", "object": "chat.completion.chunk", "created": 0, "model": "local",
+                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+                }  # fmt: skip
+                writer.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                await writer.drain()
+                if message == "background":
+                    await asyncio.sleep(0.1)
+                if reader.at_eof() or writer.is_closing():
+                    raise ConnectionResetError
+            writer.write(b"data: [DONE]\n\n")
+            await writer.drain()
+        except (ConnectionResetError, BrokenPipeError):
+            record["stopped"] = True
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", requests, first
+    finally:
+        server.close()
+
+
+async def test_background_work_gives_way_to_a_reply_someone_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat reply that arrives while background work (a title, a memory extraction, a summary)
+    has the local model stops that work at once and goes first; the work starts again after it,
+    and its caller gets its whole answer once, as if it had simply waited."""
+    provider = LocalModelProvider(make_settings(tmp_path))
+    assert provider.process is not None
+    provider.process.state = "ready"
+
+    async def estimate(endpoint: Endpoint, text: str) -> int:
+        return len(text) // 3 + 1
+
+    monkeypatch.setattr(provider, "_count", estimate)
+    async with pacing_openai_server() as (url, requests, first_request):
+        endpoint = Endpoint(url, "key")
+
+        async def ready() -> Endpoint:
+            return endpoint
+
+        monkeypatch.setattr(provider.process, "endpoint", ready)
+
+        async def background() -> tuple[str, float]:
+            text = ""
+            async for event in provider.generate(
+                "local", [{"role": "user", "content": "background"}], {}, whole=True
+            ):
+                text += getattr(event, "text", "")
+            return text, time.monotonic()
+
+        async def chat() -> tuple[str, float, list[str]]:
+            steps: list[str] = []
+            listening = progress_listener.set(steps.append)
+            try:
+                text = ""
+                async for event in provider.generate(
+                    "local", [{"role": "user", "content": "Hi"}], {}
+                ):
+                    text += getattr(event, "text", "")
+            finally:
+                progress_listener.reset(listening)
+            return text, time.monotonic(), steps
+
+        working = asyncio.create_task(background())
+        await asyncio.wait_for(first_request.wait(), 5)
+        await asyncio.sleep(0.5)  # the background reply is a few pieces in
+        asked = time.monotonic()
+        reply, replied, steps = await chat()
+        text, finished = await working
+
+    assert reply == "Hello there."
+    assert steps[0] == "Waiting for the local model (1 ahead)"  # until the work gives way
+    assert replied - asked < 1.5  # not the ~2.5 s the background work had left
+    assert finished > replied
+    assert text == "".join(f"w{n} " for n in range(30))  # whole, once: nothing of the first try
+    assert [r["message"] for r in requests] == ["background", "Hi", "background"]
+    assert [r["stopped"] for r in requests] == [True, False, False]
+
+
 async def test_prompt_budget_drops_the_oldest_history_and_refuses_what_cannot_fit(
     tmp_path: Path,
 ) -> None:
@@ -802,10 +909,13 @@ async def test_real_model_serves_one_request_at_a_time_and_says_who_waits(
     local_router: tuple[Any, LocalModelProvider],
 ) -> None:
     """Two requests at once: the second waits its turn and says so; a busy model is never taken
-    for a dead one (a liveness check that waited for the model once killed it mid-reply)."""
+    for a dead one (a liveness check that waited for the model once killed it mid-reply). The
+    first is background work (nobody watching, answer wanted whole): it gives way to the second,
+    someone's reply, and answers after it."""
     router, provider = local_router
     pid = model_pid(provider)
     steps: list[str] = []
+    answered: list[str] = []
 
     async def ask(question: str, listen: bool) -> str:
         if listen:
@@ -813,6 +923,7 @@ async def test_real_model_serves_one_request_at_a_time_and_says_who_waits(
         reply = await router.acompletion(
             model="chat", messages=[{"role": "user", "content": question}], max_tokens=24
         )
+        answered.append(question)
         return reply.choices[0].message.content
 
     first = asyncio.create_task(ask("Name three rivers in Europe.", listen=False))
@@ -820,6 +931,7 @@ async def test_real_model_serves_one_request_at_a_time_and_says_who_waits(
     answers = await asyncio.gather(first, ask("Name three colours.", listen=True))
     assert all(answer.strip() for answer in answers)
     assert "Waiting for the local model (1 ahead)" in steps, steps
+    assert answered == ["Name three colours.", "Name three rivers in Europe."]
     assert model_pid(provider) == pid and provider.process.restarts == 0
 
 

@@ -91,6 +91,8 @@ async def test_a_two_part_question_gets_a_cited_report(client, model) -> None:
     assert "2 of 2 sub-questions answered" in said
     assert {f"Writing part 1 of 2: {WARSAW}", f"Writing part 2 of 2: {ZORBLAX}"} <= set(said)
     assert [c["model"] for c in model.calls] == ["utility", "utility", "chat", "chat"]
+    # Someone watches the report: on the local model, no background work goes before its calls.
+    assert all(c["watched"] for c in model.calls)
     # The check read both sub-questions and the pages found for them, as delimited sources.
     check = model.calls[1]["messages"][-1]["content"]
     assert f"1. {WARSAW}\n2. {ZORBLAX}" in check and '<source n="1"' in check

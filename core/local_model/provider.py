@@ -6,6 +6,9 @@ a plain `openai/` deployment in LiteLLM could not do:
 
 - it starts the model on first use, and waits its turn in the machine's queue
   (`core.local_model.queue`), telling the chat what it is doing (`core.model_progress`);
+- background work (a call nobody watches that wants its answer whole: titles, memory extraction,
+  summaries) gives the model up to a reply someone is waiting for, within POLL_SECONDS, and
+  starts again after it; nothing of a try that gave way reaches its caller;
 - it fits the prompt to the context window (oldest history first), counting with the model's own
   tokenizer, and refuses a message that cannot fit with a clear error;
 - the chat template's control tokens (`<|im_end|>`, …) in any message's text are given
@@ -25,9 +28,9 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import openai
@@ -42,12 +45,14 @@ from core.custom_provider import (
     UsageReport,
 )
 from core.local_model.process import Endpoint, LocalModelFailure, LocalModelProcess
-from core.local_model.queue import ModelQueue, QueueFull
+from core.local_model.queue import POLL_SECONDS, ModelQueue, QueueFull
 from core.model_progress import reading_what, report_progress, someone_is_watching
 from core.prompt_blocks import neutralise_control_tokens
 from core.redact import redact
 
 log = logging.getLogger("resolveai.models")
+
+T = TypeVar("T")
 
 DEFAULT_TEMPERATURE = 0.2
 CRASHED = "The local model stopped unexpectedly; restarting it. Send your message again shortly."
@@ -87,16 +92,50 @@ class LocalModelProvider(CustomProvider):
             self.process.close()
 
     async def generate(
-        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        whole: bool = False,
     ) -> AsyncIterator[ProviderEvent]:
         request = _request(messages, params, self.settings.local_model_max_tokens)
         deadline = time.monotonic() + self.settings.model_call_deadline
         endpoint = await self._endpoint()
+        if whole and self.queue is not None and not someone_is_watching():
+            async for event in self._background(self.queue, endpoint, request, deadline):
+                yield event
+            return
         async with self._turn():
             client = self._client_of(endpoint)
             prompt_tokens = await self._fit_to_context(endpoint, request)
             async for event in self._stream(client, request, prompt_tokens, deadline):
                 yield event
+
+    async def _background(
+        self, queue: ModelQueue, endpoint: Endpoint, request: dict[str, Any], deadline: float
+    ) -> AsyncIterator[ProviderEvent]:
+        """A request nobody watches: served whole, again from the start each time it gives way
+        to a watched one (all tries within the one deadline)."""
+        while True:
+            events: list[ProviderEvent] = []
+            async with _queued(queue):
+                client = self._client_of(endpoint)
+                prompt_tokens = await self._fit_to_context(endpoint, request)
+                give_way = asyncio.Event()
+                watcher = asyncio.create_task(_set_when_someone_waits(queue, give_way))
+                try:
+                    async for event in self._stream(
+                        client, request, prompt_tokens, deadline, give_way
+                    ):
+                        events.append(event)
+                except _GaveWay:
+                    log.info("Local model: background work gave way to a reply; it goes on after")
+                    continue
+                finally:
+                    watcher.cancel()
+            for event in events:
+                yield event
+            return
 
     async def _endpoint(self) -> Endpoint:
         if self.process is None:
@@ -128,19 +167,20 @@ class LocalModelProvider(CustomProvider):
         request: dict[str, Any],
         prompt_tokens: int,
         deadline: float,
+        give_way: asyncio.Event | None = None,
     ) -> AsyncIterator[ProviderEvent]:
         calls: dict[int, dict[str, Any]] = {}
         completion_tokens = 0
         finish = "stop"
         stream = None
         try:
-            stream = await asyncio.wait_for(
-                client.chat.completions.create(**request, stream=True), _left(deadline)
+            stream = await _within(
+                client.chat.completions.create(**request, stream=True), deadline, give_way
             )
             chunks = stream.__aiter__()
             while True:
                 try:
-                    chunk = await asyncio.wait_for(chunks.__anext__(), _left(deadline))
+                    chunk = await _within(chunks.__anext__(), deadline, give_way)
                 except StopAsyncIteration:
                     break
                 if not chunk.choices:
@@ -254,6 +294,37 @@ async def _queued(queue: ModelQueue) -> AsyncIterator[None]:
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.001)
+
+
+class _GaveWay(Exception):
+    """Background work stopped for a watched request (`_stream` closes the connection)."""
+
+
+async def _within(awaitable: Awaitable[T], deadline: float, give_way: asyncio.Event | None) -> T:
+    """`awaitable`'s result; TimeoutError past the deadline, _GaveWay once `give_way` is set."""
+    if give_way is None:
+        return await asyncio.wait_for(awaitable, _left(deadline))
+    task = asyncio.ensure_future(awaitable)
+    stop = asyncio.ensure_future(give_way.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, stop}, timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task in done:
+        return task.result()
+    raise _GaveWay if give_way.is_set() else TimeoutError
+
+
+async def _set_when_someone_waits(queue: ModelQueue, give_way: asyncio.Event) -> None:
+    # The watched request may be another process's: its ticket file is all there is to look at.
+    while not queue.someone_waits():  # noqa: ASYNC110
+        await asyncio.sleep(POLL_SECONDS)
+    give_way.set()
 
 
 def _reading_step(message: dict[str, Any], tokens: int) -> str:

@@ -1,6 +1,7 @@
 """One request at a time to the local model, across this machine's ResolveAI processes: first
 come first served, except that a request someone is watching (a chat reply) goes before the
-background work (memory extraction, summary folds) that is waiting.
+background work (memory extraction, summary folds, titles) that is waiting, and background work
+being served gives way to it (`someone_waits`, used by the provider).
 
 The model process reads one prompt at a time anyway; queueing here instead of inside it lets a
 request know how many are ahead of it ("Waiting for the local model (1 ahead)"), refuse to wait
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import IO
 
 POLL_SECONDS = 0.2
+# Tickets' name prefixes: watched requests' names sort before all background work's.
+_WATCHED, _BACKGROUND = "0", "1"
 
 
 class QueueFull(RuntimeError):
@@ -75,9 +78,14 @@ class ModelQueue:
         finally:
             serving.close()  # closing the file drops its lock
 
+    def someone_waits(self) -> bool:
+        """Whether a watched request is waiting (from any process on this machine)."""
+        return self.tickets.is_dir() and self._waiting_before(_BACKGROUND) > 0
+
     def _take_ticket(self, watched: bool) -> tuple[Path, IO[str]]:
         # Names sort by priority, then by arrival.
-        name = f"{0 if watched else 1}-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
+        priority = _WATCHED if watched else _BACKGROUND
+        name = f"{priority}-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
         hidden = self.tickets / f".{name}"
         handle = hidden.open("w")
         fcntl.flock(handle, fcntl.LOCK_EX)
