@@ -162,7 +162,7 @@ class Embedder:
     # --- encoding ----------------------------------------------------------------------------
 
     def _ranking_model_blocking(self) -> SentenceTransformer:
-        """The bf16 copy of the model (made once, in the embedder's thread, ~50 MB)."""
+        """The bf16 copy of the model (made once, in the embedder's thread, ~45 MB)."""
         import torch
 
         model = self.model
