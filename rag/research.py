@@ -234,7 +234,8 @@ class Research:
                     chunk_pages, new, self.embedder.count_tokens, budget_for(self.embedder)
                 )
             )
-            self.step(f"Reading {len(pages)} pages ({len(chunks)} chunks)")
+            read, parts = len(pages), len(chunks)
+            self.step(f"Reading {read} page{'s' * (read != 1)} ({parts} chunk{'s' * (parts != 1)})")
         for i in open_:
             best[i] = await rank_chunks(
                 questions[i], chunks, self.embedder,

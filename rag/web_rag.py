@@ -121,7 +121,8 @@ class WebSearchRound:
             )
             self.token(answer)
             return RoundResult(answer, [])
-        self.step(f"Reading {len(results)} pages ({len(chunks)} chunks)")
+        pages, parts = len(results), len(chunks)
+        self.step(f"Reading {pages} page{'s' * (pages != 1)} ({parts} chunk{'s' * (parts != 1)})")
         with span("rank", chunks=len(chunks)):
             ranked = await rank_chunks(
                 self.query, chunks, self.embedder, top_k=self.chunks_kept,
@@ -151,7 +152,7 @@ class WebSearchRound:
             if not verdict.enough:
                 return self._not_enough(verdict.reason or "the sources do not answer every part")
 
-        self.step(f"Writing the answer from {len(sources)} sources")
+        self.step(f"Writing the answer from {len(sources)} source{'s' * (len(sources) != 1)}")
         # Sources first: the browser can link each [n] as soon as it streams in.
         self.publish_sources([s.public() for s in sources])
         with span("answer"):

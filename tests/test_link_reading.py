@@ -12,6 +12,7 @@ import dataclasses
 import ipaddress
 import json
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -341,7 +342,8 @@ async def test_a_linked_page_is_read_and_cited(link_client, model, site: Site) -
     model.push({"text": "Sea otters hold hands so they do not drift apart [1]."})
     events = await send(link_client, f"Why do the otters in {url} hold hands?")
     assert f"Reading {url}" in steps(events)
-    assert any(s.startswith("Writing the answer from 1 sources") for s in steps(events))
+    assert "Writing the answer from 1 source" in steps(events)
+    assert not [s for s in steps(events) if re.search(r"\b1 (pages|chunks|sources)\b", s)]
     sources = next(e for e in events if e["type"] == "sources")["sources"]
     assert [(s["n"], s["url"], s["title"]) for s in sources] == [(1, url, "Sea otters & kelp")]
     assert "hold hands" in sources[0]["text"]
