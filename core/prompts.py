@@ -226,8 +226,9 @@ Rules:
 - Put the source number in square brackets right after every fact, like this [1] or this [2][3].
 - Cite numbers only, never URLs or titles. Use only numbers of the sources below.
 - Give exact numbers, dates and names as the sources state them.
-- For each part of the question the sources do not answer, say explicitly: "I couldn't find \
-information about <that part>."
+- Answer with what the sources say, even in other words than the question's (a source saying \
+who "developed" something answers who "invented" it). Only for a part of the question that no \
+source says anything about, say explicitly: "I couldn't find information about <that part>."
 - Answer in clear Markdown, concisely, in the language of the question.
 {UNTRUSTED_SOURCES_RULE}"""
 
