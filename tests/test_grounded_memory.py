@@ -212,6 +212,30 @@ async def test_newcomer_states_facts_and_later_chats_know_them(
     assert "The user lives in Lisbon. (said on" in recalled and "no longer true since" in recalled
 
 
+async def test_a_message_asking_two_things_recalls_the_facts_of_each(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """Seen in a keyless trial: the whole message's meaning lies between its two facts and near
+    neither (cosine 0.12 and 0.32, under the floor of 0.35), and its words are too many for either
+    fact's to count; asked one at a time, each is found."""
+    model.push({"text": "Nice to meet you, Sam!"})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user works as a baker in Porto.", "sentences": [1]},
+            {"op": "add", "fact": "The user has two daughters.", "sentences": [1]},
+        ),
+    )
+    await send(client, "I work as a baker in Porto and I have two daughters.")
+    await extractions_done(chat_services)
+    assert len(await memories(client)) == 2
+    model.push({"text": "From what you told me: …"})
+    await send(client, "Where do I work, and how many children do I have?")
+    recalled = last_prompt(model).split("</memories>")[0]
+    assert "works as a baker in Porto" in recalled and "has two daughters" in recalled
+    await extractions_done(chat_services)
+
+
 async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_nothing(
     client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
 ) -> None:
