@@ -7,7 +7,9 @@ of the message itself: what is stored is always the user's exact words.
 
 Small models paraphrase when asked to quote, so extraction never asks them to: it shows the message
 as numbered sentences (`numbered_sentences`) and the model cites numbers; `sentence_span` turns
-them back into the exact text, which is then found by construction.
+them back into the exact text, which is then found by construction. A real sentence cited for a
+fact it does not state is caught too: the fact must share a meaningful word with it
+(`shares_a_word`) and state no number it does not (`states_its_numbers`).
 """
 
 from __future__ import annotations
@@ -128,3 +130,52 @@ def best_supporting_sentence(message: str, fact: str) -> str | None:
     scored = [(len(wanted & content_words(s)), s) for s in split_sentences(message)]
     shared, sentence = max(scored, default=(0, ""), key=lambda pair: pair[0])
     return sentence if shared * 2 >= len(wanted) else None
+
+
+# Numbers in words, for comparing a fact's numbers with its quote's ("three cats" / "3 cats").
+_UNITS = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+]  # fmt: skip
+_TENS = {
+    word: 10 * n
+    for n, word in enumerate(
+        ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 2
+    )
+}
+_MONTH = (
+    r"(?:january|february|march|april|may|june|july|august|september|october|november|december"
+    r"|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?"
+)
+_DATE = re.compile(
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b"
+    r"|\b\d{4}-\d{2}-\d{2}\b",
+    re.IGNORECASE,
+)
+_YEAR = re.compile(r"(19|20)\d\d")
+_NUMBER_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers `text` states, as digits: "3", "three" and "thirty-one" alike."""
+    tokens = _NUMBER_TOKEN.findall(text.casefold())
+    found: set[str] = set()
+    for i, token in enumerate(tokens):
+        if token[0].isdigit():
+            found.add(token.replace(",", ""))
+        elif token in _TENS:
+            after = tokens[i + 1] if i + 1 < len(tokens) else ""
+            unit = _UNITS.index(after) if after in _UNITS[1:10] else 0
+            found.add(str(_TENS[token] + unit))
+        elif token in _UNITS and not (i and tokens[i - 1] in _TENS):
+            found.add(str(_UNITS.index(token)))
+    return found
+
+
+def states_its_numbers(fact: str, quote: str) -> bool:
+    """Whether every number of the fact is one its quote states. Small models fill in numbers
+    ("How many children do I have?" became "The user has two children."). Not checked: one
+    (the user's "a sister" is "one sister"), and dates and years, which extraction works out
+    from the chat's date ("yesterday" is "on 7 May 2023")."""
+    wanted = {n for n in _numbers(_DATE.sub(" ", fact)) if n != "1" and not _YEAR.fullmatch(n)}
+    return wanted <= _numbers(quote)

@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from core.grounding import find_quote, shares_a_word
+from core.grounding import find_quote, shares_a_word, states_its_numbers
 
 logger = logging.getLogger("resolveai.db")
 
@@ -194,6 +194,8 @@ def _grounded_quote(fact: str, quote: str, message: str) -> str:
         )
     if not shares_a_word(fact, span):
         raise NotGrounded("that is not something the user said: the quote does not state that fact")
+    if not states_its_numbers(fact, span):
+        raise NotGrounded("that is not something the user said: the quote lacks its numbers")
     return span
 
 

@@ -28,6 +28,7 @@ from core.grounding import (
     numbered_sentences,
     sentence_span,
     split_sentences,
+    states_its_numbers,
 )
 from core.services import Services, open_services
 from tests.chat_client import send
@@ -120,6 +121,25 @@ def test_numbered_sentences_give_back_exact_spans() -> None:
         "I live in Lisbon and I'm allergic to peanuts."
     )
     assert best_supporting_sentence(message, "The user has a dog named Rover.") is None
+
+
+def test_a_fact_states_only_the_numbers_its_quote_states() -> None:
+    """Seen in a keyless trial: "How many children do I have?" became "The user has two
+    children." A number the user did not say is the model's; a year may come from the chat's date
+    ("last month")."""
+    assert not states_its_numbers("The user has two children.", "How many children do I have?")
+    assert states_its_numbers("The user has three cats.", "I have 3 cats")
+    assert states_its_numbers("The user has 3 cats.", "I have three cats")
+    assert not states_its_numbers("The user is 31 years old.", "I turned thirty last week")
+    assert states_its_numbers("The user moved to Porto in March 2025.", "I moved here last month")
+    # A date worked out from the chat's (its day, month and year are not the user's numbers).
+    assert states_its_numbers("The user went to a support group on 7 May 2023", "I went yesterday")
+    assert states_its_numbers("The user started on May 7th, 2023.", "I started yesterday")
+    assert states_its_numbers("The user started on 2023-05-07.", "I started yesterday")
+    assert not states_its_numbers("The user has 7 cats since May 2023.", "I have cats")
+    assert not states_its_numbers("The user has 3 marbles.", "I have marbles")
+    assert states_its_numbers("The user's flat is 1,200 square feet.", "My flat is 1200 sq ft")
+    assert states_its_numbers("The user has one sister.", "I have a sister")  # "one" is "a"
 
 
 # --- extraction after the reply ------------------------------------------------------------------
@@ -310,6 +330,24 @@ async def test_extraction_cannot_store_what_the_user_did_not_say(
     assert sum(line.startswith("Memory: not saved") for line in lines) == 5
     assert any("not a fact about the user" in line for line in lines)
     assert any("extraction output unusable" in line for line in lines)
+
+
+async def test_extraction_cannot_store_a_number_the_user_did_not_say(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    model.push({"text": "You told me you have daughters."})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user has two children.", "sentences": [2]},
+            {"op": "add", "fact": "The user has three cats.", "sentences": [1]},
+        ),
+    )
+    await send(client, "I have 3 cats. How many children do I have?")
+    await extractions_done(chat_services)
+    assert [(m["content"], m["quote"]) for m in await memories(client)] == [
+        ("The user has three cats.", "I have 3 cats.")
+    ]
 
 
 async def test_a_failed_extraction_is_retried_and_nothing_is_half_written(
