@@ -168,3 +168,15 @@ async def test_a_repeated_query_is_embedded_once(embedder: Embedder, monkeypatch
     await embedder.ranking.embed_query(text)  # the ranking copy's vectors are its own
     await embedder.embed_documents([text])  # documents are stored, not looked up again
     assert len(encoded) == 4
+
+
+def test_making_the_embedder_imports_no_torch() -> None:
+    """Start-up makes the embedder on the event loop; torch is imported in its own thread, when it
+    loads (the ranking precision is decided at first use, not here)."""
+    script = (
+        "import sys; from rag.embedder import Embedder; Embedder(); print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False"]
