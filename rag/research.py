@@ -55,6 +55,15 @@ MAX_SUB_QUESTION_CHARS = 300
 _CITATION = re.compile(r"\[(\d+)\]")
 # A sentence ends at . ! or ? followed by its citations and a space (or the end of the line).
 _SENTENCE = re.compile(r"(.+?[.!?](?:\s?\[\d+\])*)(?=\s|$)")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+# Words that say nothing of what a sub-question asks about.
+# fmt: off
+_FUNCTION_WORDS = frozenset((
+    "the", "and", "for", "are", "was", "were", "what", "when", "where", "which", "who", "whom",
+    "whose", "why", "how", "does", "did", "has", "have", "had", "this", "that", "these", "those",
+    "with", "from", "into", "about", "answer", "all", "tell", "please",
+))
+# fmt: on
 TITLE_CHARS = 100
 DOCUMENT_PASSAGES = 2  # of the user's documents, at most, per sub-question
 
@@ -302,9 +311,12 @@ class Research:
         blocks = source_blocks([(n, sources[n - 1].title, texts[n]) for n in sorted(texts)])
         stream = await self.router.acompletion(
             model="chat",
-            # The whole question as context: its wording ("in what country…") is the user's, the
-            # sub-question's the planner's.
-            messages=web_answer_request(question, self.question, blocks, datetime.now(UTC)),
+            messages=web_answer_request(
+                question,
+                user_wording(self.question, question, len(self.questions)),
+                blocks,
+                datetime.now(UTC),
+            ),
             stream=True,
             metadata=self.metadata(f"research part {k}"),
         )
@@ -323,6 +335,26 @@ class Research:
             text += "\n\n_Read for this part: " + " ".join(f"[{n}]" for n in sorted(texts)) + "_"
         self.draft(self.report_so_far())
         return text
+
+
+def user_wording(message: str, sub_question: str, sub_questions: int) -> str:
+    """The user's own words for one sub-question, the context its part is written with: its
+    wording ("in what country…") is the user's, the sub-question's the planner's. The whole
+    message for a plan of one; else the message's sentence sharing the most words with the
+    sub-question, or "" (none shares any, or the message is one sentence): shown the whole
+    message, the local model answered every part of it in each part."""
+    if sub_questions <= 1:
+        return message
+    sentences = [s.strip() for s in _SENTENCE_BREAK.split(message) if s.strip()]
+    if len(sentences) < 2:
+        return ""
+    asked = _content_words(sub_question)
+    best = max(sentences, key=lambda sentence: len(asked & _content_words(sentence)))
+    return best if asked & _content_words(best) else ""
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w{3,}", text.lower()) if w not in _FUNCTION_WORDS}
 
 
 def parse_plan(text: str, limit: int) -> list[str]:
@@ -409,12 +441,14 @@ def _report(
 
 
 def _first_sentence(text: str) -> str:
-    """The first sentence of a section, with its citations; "" when it says it found nothing."""
+    """The first sentence of a section, with its citations; "" when it says it found nothing. A
+    line with no sentence's end ("Rollo [1]": a small model's bare answer) is ended, so the short
+    answer does not run it into the next part's."""
     line = next((line.strip(" -*#>") for line in text.splitlines() if line.strip()), "")
-    if _says_not_found(line):
+    if not line or _says_not_found(line):
         return ""
     match = _SENTENCE.match(line)
-    return (match.group(1) if match else line).strip()
+    return match.group(1).strip() if match else f"{line.strip().rstrip(':;,')}."
 
 
 def _says_not_found(text: str) -> bool:

@@ -23,7 +23,7 @@ from core import memory_store
 from core.config import Settings
 from core.llm_router import ModelPlan
 from core.services import Services
-from rag.research import parse_answered, parse_plan
+from rag.research import _report, parse_answered, parse_plan, user_wording
 from tests.chat_client import messages_of, read_events, send, serve
 from tests.test_documents import processed, upload
 from tests.test_web_search import pages_dir, web_services  # noqa: F401 (pages_dir: a fixture)
@@ -96,13 +96,15 @@ async def test_a_two_part_question_gets_a_cited_report(client, model) -> None:
     # The check read both sub-questions and the pages found for them, as delimited sources.
     check = model.calls[1]["messages"][-1]["content"]
     assert f"1. {WARSAW}\n2. {ZORBLAX}" in check and '<source n="1"' in check
-    # Each part was written for its own sub-question, with the whole question as context.
-    parts = [c["messages"][-1]["content"] for c in model.calls[2:]]
-    assert {p.rsplit("<question>\n", 1)[1] for p in parts} == {
-        f"{WARSAW}\n</question>",
-        f"{ZORBLAX}\n</question>",
+    # Each part was written for its own sub-question, with the user's own sentence asking it as
+    # context, not the whole question (a small model answers every part it is shown).
+    parts = {
+        p.rsplit("<question>\n", 1)[1].split("\n</question>")[0]: p
+        for p in (c["messages"][-1]["content"] for c in model.calls[2:])
     }
-    assert all(f"<context>\n{asked}\n</context>" in p for p in parts)
+    assert set(parts) == {WARSAW, ZORBLAX}
+    assert f"<context>\nAnswer all: {WARSAW}\n</context>" in parts[WARSAW]
+    assert f"<context>\n{ZORBLAX}\n</context>" in parts[ZORBLAX]
     sources = next(e for e in events if e["type"] == "sources")["sources"]
     urls = [s["url"] for s in sources]
     assert urls[:2] == ["https://en.wikipedia.org/wiki/Warsaw", "https://example.org/zorblax"]
@@ -393,6 +395,31 @@ def test_the_local_model_researches_less(settings: Settings) -> None:
     local = research_budget(settings, plan_on("local/qwen"))
     assert (local.rounds, local.sub_questions) == (1, 3)
     assert local.chunks_per_question < hosted.chunks_per_question
+
+
+def test_a_part_is_written_with_the_users_words_for_it_alone() -> None:
+    asked = "Answer all: How many people live in Warsaw? Who improved the steam engine?"
+    assert user_wording(asked, "What is the population of Warsaw?", 2) == (
+        "Answer all: How many people live in Warsaw?"
+    )
+    assert user_wording(asked, "Who improved the steam engine?", 2) == (
+        "Who improved the steam engine?"
+    )
+    # One sentence asking both: none of it, or each part would be answered in every part.
+    one = "How many people live in Warsaw and who improved the steam engine?"
+    assert user_wording(one, "What is the population of Warsaw?", 2) == ""
+    # A sentence sharing no word with the sub-question is not its wording.
+    assert user_wording(asked, "When did the Zorblax festival begin?", 2) == ""
+    # One sub-question: the question is the whole message.
+    assert user_wording(one, "How many people live in Warsaw?", 1) == one
+
+
+def test_a_short_answer_ends_each_parts_first_sentence() -> None:
+    # The local model answers "Who was the Norse leader?" with a bare "Rollo [1]": the short
+    # answer must not run it into the next part's sentence.
+    sections = [("Who was the Norse leader?", "Rollo [1]"), ("Who?", "Davies did it [2]. Also…")]
+    report = _report("Answer all", sections, [], [])
+    assert "**Short answer:** Rollo [1]. Davies did it [2]." in report
 
 
 def test_plans_and_checks_are_read_strictly() -> None:
