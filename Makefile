@@ -15,13 +15,19 @@ LLAMA := $(shell grep -E '^llama_cpp_python==' requirements.txt)
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint format install install-dev clean
+.PHONY: run test test-standalone lint format install install-dev clean
 
 run: $(VENV)/.installed
 	$(BIN)/python server.py
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
+
+# The database-facing tests again, on a Postgres the tests do not own: TEST_DATABASE_URL (.ci/run
+# sets it up with .ci/standalone-postgres). The browser tests and the real model add nothing here.
+test-standalone: $(VENV)/.installed-dev
+	test -n "$(TEST_DATABASE_URL)" || (echo "set TEST_DATABASE_URL" && exit 2)
+	$(BIN)/python -m pytest -m "not slow and not embedded" --ignore-glob="tests/test_ui*"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

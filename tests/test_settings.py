@@ -25,6 +25,7 @@ from core.prompts import WEB_NOTE
 from core.services import Services
 from rag.search_providers import PagesProvider
 from tests.chat_client import messages_of, send, serve
+from tests.conftest import STANDALONE_URL
 from tests.scripted_model import ScriptedProvider
 
 # `chat_services`, `model` and `client` come from conftest.py.
@@ -147,7 +148,7 @@ async def test_system_settings_say_what_the_server_runs_on(
         ("utility", "scripted/utility", False, False),
         ("memory", "scripted/memory", False, False),
     ]
-    assert info["database"]["kind"] == "embedded"
+    assert info["database"]["kind"] == ("external" if STANDALONE_URL else "embedded")
     assert info["database"]["description"] == chat_services.database.description
     assert info["embedder"]["model"] == chat_services.embedder.model_name
     assert info["web_search"] == {
