@@ -170,8 +170,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         if services is not None:
             configure(app, settings or services.settings)
             app.state.services = services
-            async with queue_workers(app, services), summary_folds(), turn_jobs(app, services):
-                freeze_startup_objects()
+            async with (
+                queue_workers(app, services),
+                summary_folds(),
+                turn_jobs(app, services),
+                frozen_start_up(services),
+            ):
                 yield
             return
         try:
@@ -194,8 +198,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
                 summary_folds(),
                 warm_up(opened),
                 turn_jobs(app, opened),
+                frozen_start_up(opened),
             ):
-                freeze_startup_objects()
                 log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
                 yield
         finally:
@@ -336,14 +340,34 @@ async def summary_folds() -> AsyncIterator[None]:
         await titles.close()
 
 
-def freeze_startup_objects() -> None:
-    """Keep what start-up loaded out of every later garbage collection.
+@asynccontextmanager
+async def frozen_start_up(services: Services) -> AsyncIterator[None]:
+    """Keep what start-up loaded out of every later garbage collection: now, and again once the
+    embedder, which loads after the server is up, has loaded.
 
     Torch, the embedder, LiteLLM and the rest leave a few million objects in memory for good. A
     full collection walks them all and holds the GIL meanwhile: the event loop, and so every
-    stream, stood still for hundreds of ms (`bench/turn.py` saw up to 1.4 s on a busy machine).
-    Collected once here, then frozen, later collections only walk what requests create.
+    stream, stood still for hundreds of ms (`bench/turn.py` saw up to 1.4 s on a busy machine;
+    ~90 ms while only the embedder's objects were left unfrozen). Collected once, then frozen,
+    later collections only walk what requests create.
     """
+    freeze_loaded_objects()
+
+    async def after_loading(loading: asyncio.Task[None]) -> None:
+        await asyncio.wait([loading])  # cancelled at shutdown, this leaves the load alone
+        freeze_loaded_objects()
+
+    loading = services.warming_up
+    later = asyncio.create_task(after_loading(loading)) if loading and not loading.done() else None
+    try:
+        yield
+    finally:
+        if later is not None:
+            later.cancel()
+            await asyncio.gather(later, return_exceptions=True)
+
+
+def freeze_loaded_objects() -> None:
     gc.collect()
     gc.freeze()
 

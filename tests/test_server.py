@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from core.config import PROJECT_ROOT, load_settings
 from core.db import Database
 from core.services import open_services
 from rag.embedder import Embedder
-from tests.chat_client import free_port
+from tests.chat_client import free_port, serve
 
 START_TIMEOUT = 120
 
@@ -316,6 +317,40 @@ async def test_the_server_answers_while_the_embedder_loads(
         await asyncio.wait_for(services.warming_up, 60)
         health = await services.health()
         assert health["warming_up"] is False and health["embedder"]["state"] == "ready"
+    finally:
+        release.set()
+        await services.close()
+
+
+async def test_what_the_embedder_loads_after_start_up_is_kept_out_of_collections(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up freezes what it loaded (`gc.freeze`), so a full garbage collection, which stops
+    the event loop, walks only what requests create. The embedder loads after that (above): its
+    model is frozen once loaded too. Before, every full collection walked torch's objects and
+    stopped every stream for ~90 ms (`python -m bench.turn`, its garbage collection lines)."""
+    release = threading.Event()
+    real_open = Embedder._open_model
+
+    def slow_open(self: Embedder) -> Any:
+        release.wait(60)
+        return real_open(self)
+
+    monkeypatch.setattr(Embedder, "_open_model", slow_open)
+    services = await open_services(settings)
+    try:
+        async with serve(services):
+            release.set()
+            await asyncio.wait_for(asyncio.shield(services.warming_up), 60)
+            model = services.embedder._model
+            assert model is not None
+            for _ in range(50):
+                # Every generation's objects, the frozen ones not among them.
+                if not any(o is model for o in gc.get_objects()):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the loaded embedder is still walked by full collections")
     finally:
         release.set()
         await services.close()
