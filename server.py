@@ -22,7 +22,7 @@ import gc
 import getpass
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -279,11 +279,15 @@ def add_docs_pages(app: FastAPI) -> None:
 @asynccontextmanager
 async def warm_up(services: Services) -> AsyncIterator[None]:
     """Warm the local model in the background (LOCAL_MODEL_WARM_UP), cancelled at shutdown."""
-    task = (
-        asyncio.create_task(warm_local_model(services), name="local model warm-up")
-        if services.settings.local_model_warm_up
-        else None
-    )
+    warming = warm_local_model(services) if services.settings.local_model_warm_up else None
+    async with in_background(warming, "local model warm-up"):
+        yield
+
+
+@asynccontextmanager
+async def in_background(work: Coroutine[Any, Any, None] | None, name: str) -> AsyncIterator[None]:
+    """`work` (if any) run as a task of its own while the server runs, cancelled at shutdown."""
+    task = asyncio.create_task(work, name=name) if work is not None else None
     try:
         yield
     finally:
@@ -358,13 +362,9 @@ async def frozen_start_up(services: Services) -> AsyncIterator[None]:
         freeze_loaded_objects()
 
     loading = services.warming_up
-    later = asyncio.create_task(after_loading(loading)) if loading and not loading.done() else None
-    try:
+    later = after_loading(loading) if loading and not loading.done() else None
+    async with in_background(later, "freeze after the embedder's load"):
         yield
-    finally:
-        if later is not None:
-            later.cancel()
-            await asyncio.gather(later, return_exceptions=True)
 
 
 def freeze_loaded_objects() -> None:

@@ -291,11 +291,9 @@ def test_a_server_killed_mid_reply_loses_nothing_and_frees_the_chat(
     assert len(recovered) >= len("".join(streamed).split()) - 3, (recovered, streamed)
 
 
-async def test_the_server_answers_while_the_embedder_loads(
-    settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Start-up does not wait for the bundled embedder: health is ok and says it is warming up,
-    and a search asked meanwhile waits for the load and then runs."""
+@pytest.fixture
+def held_embedder_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """The bundled embedder's load waits until the event is set (set at the end in any case)."""
     release = threading.Event()
     real_open = Embedder._open_model
 
@@ -304,6 +302,16 @@ async def test_the_server_answers_while_the_embedder_loads(
         return real_open(self)
 
     monkeypatch.setattr(Embedder, "_open_model", slow_open)
+    yield release
+    release.set()
+
+
+async def test_the_server_answers_while_the_embedder_loads(
+    settings, held_embedder_load: threading.Event
+) -> None:
+    """Start-up does not wait for the bundled embedder: health is ok and says it is warming up,
+    and a search asked meanwhile waits for the load and then runs."""
+    release = held_embedder_load
     services = await open_services(settings)
     try:
         health = await services.health()
@@ -323,20 +331,13 @@ async def test_the_server_answers_while_the_embedder_loads(
 
 
 async def test_what_the_embedder_loads_after_start_up_is_kept_out_of_collections(
-    settings, monkeypatch: pytest.MonkeyPatch
+    settings, held_embedder_load: threading.Event
 ) -> None:
     """Start-up freezes what it loaded (`gc.freeze`), so a full garbage collection, which stops
     the event loop, walks only what requests create. The embedder loads after that (above): its
     model is frozen once loaded too. Before, every full collection walked torch's objects and
     stopped every stream for ~90 ms (`python -m bench.turn`, its garbage collection lines)."""
-    release = threading.Event()
-    real_open = Embedder._open_model
-
-    def slow_open(self: Embedder) -> Any:
-        release.wait(60)
-        return real_open(self)
-
-    monkeypatch.setattr(Embedder, "_open_model", slow_open)
+    release = held_embedder_load
     services = await open_services(settings)
     try:
         async with serve(services):
