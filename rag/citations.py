@@ -8,6 +8,7 @@ what the user watched stream is exactly what is saved.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 # A whole citation: an opening bracket, numbers (with separators and † suffixes), a closing one.
 # Not after a letter or `_`: `a[0]` is an index in code, not a citation.
@@ -19,12 +20,15 @@ _PARTIAL_RE = re.compile(r"(?:\[|【)[\d\s,;†\w\-:.]*\Z")
 _MAX_HELD = 48  # longer than any citation: give up holding and show it as text
 
 
-def normalize_citations(text: str, source_count: int) -> str:
-    """`【3†L1-L3】` → `[3]`, `[1, 2]` → `[1][2]`; citations of unknown sources are removed."""
+def normalize_citations(text: str, source_count: int, read: Collection[int] | None = None) -> str:
+    """`【3†L1-L3】` → `[3]`, `[1, 2]` → `[1][2]`; citations of unknown sources are removed, and,
+    when `read` is given (a research part, written from some of the sources), of sources not in
+    it."""
 
     def replace(match: re.Match[str]) -> str:
         numbers = [int(n) for n in re.findall(r"(?:^|[,;])\s*(\d+)", match.group(1))]
-        return "".join(f"[{n}]" for n in numbers if 1 <= n <= source_count)
+        kept = [n for n in numbers if 1 <= n <= source_count and (read is None or n in read)]
+        return "".join(f"[{n}]" for n in kept)
 
     return _CITATION_RE.sub(replace, text)
 
@@ -32,8 +36,9 @@ def normalize_citations(text: str, source_count: int) -> str:
 class CitationNormalizer:
     """Normalizes citations in a stream of text pieces; `feed` returns what can be shown now."""
 
-    def __init__(self, source_count: int) -> None:
+    def __init__(self, source_count: int, read: Collection[int] | None = None) -> None:
         self.source_count = source_count
+        self.read = read
         self._held = ""
         self._before = ""  # the last character shown: `_CITATION_RE` looks one character back
 
@@ -50,7 +55,7 @@ class CitationNormalizer:
         return self._show(text)
 
     def _show(self, text: str) -> str:
-        shown = normalize_citations(text, self.source_count)[len(self._before) :]
+        shown = normalize_citations(text, self.source_count, self.read)[len(self._before) :]
         self._before = text[-1:] if text else self._before
         return shown
 

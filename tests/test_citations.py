@@ -36,3 +36,13 @@ def test_stream_does_not_hold_plain_text() -> None:
     assert stream.feed("world [") == "world "
     assert stream.feed("1") == ""
     assert stream.feed("] done") == "[1] done"
+
+
+def test_a_research_part_cites_only_the_sources_it_read() -> None:
+    # A research part is written from a few of the report's sources: a number it was not shown is
+    # no citation of what it read (the local model cited the steam-engine page for Warsaw).
+    raw = "About 1.7 million people [1][2] live in Warsaw [3, 1]."
+    expected = "About 1.7 million people [1] live in Warsaw [1]."
+    assert normalize_citations(raw, 3, read={1}) == expected
+    stream = CitationNormalizer(3, read={1})
+    assert "".join(stream.feed(c) for c in raw) + stream.finish() == expected
