@@ -32,7 +32,7 @@ import psycopg
 import psycopg_pool
 from pgvector.psycopg import register_vector_async
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from core import embedded_postgres
 from core.config import Settings
@@ -466,10 +466,6 @@ class Database:
     def embedded(self) -> bool:
         """The server's own embedded Postgres, not one at DATABASE_URL."""
         return self._embedded_pgdata is not None
-
-    def conninfo_for(self, dbname: str) -> str:
-        """The same server, another database (tests use it to migrate a fresh database)."""
-        return make_conninfo(self.conninfo, dbname=dbname)
 
 
 async def _release_embedded(pgdata: Path | None) -> None:
