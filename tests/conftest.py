@@ -12,6 +12,7 @@ template1 (creating it needs a superuser, as on a managed Postgres).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -116,10 +117,24 @@ async def new_database_on(conninfo: str) -> AsyncIterator[str]:
     try:
         yield with_dbname(conninfo, name)
     finally:
-        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-            await conn.execute(
-                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        await drop_database(conninfo, name)
+
+
+async def drop_database(conninfo: str, name: str) -> None:
+    """DROP DATABASE … WITH (FORCE), again for a while if an autovacuum worker is in it: a role
+    that is not a superuser (the standalone tier's) may not end that worker before PostgreSQL 18
+    (`pg_signal_autovacuum_worker`), and it ends by itself within seconds."""
+    for attempt in range(40):
+        try:
+            async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                await conn.execute(
+                    sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            if attempt == 39:
+                raise
+            await asyncio.sleep(0.5)
 
 
 @pytest.fixture
