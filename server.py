@@ -22,7 +22,7 @@ import gc
 import getpass
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -170,12 +170,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         if services is not None:
             configure(app, settings or services.settings)
             app.state.services = services
-            async with (
-                queue_workers(app, services),
-                summary_folds(),
-                turn_jobs(app, services),
-                frozen_start_up(services),
-            ):
+            async with queue_workers(app, services), summary_folds(), turn_jobs(app, services):
+                freeze_startup_objects()
                 yield
             return
         try:
@@ -198,8 +194,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
                 summary_folds(),
                 warm_up(opened),
                 turn_jobs(app, opened),
-                frozen_start_up(opened),
             ):
+                freeze_startup_objects()
                 log.info("ResolveAI is ready: http://%s:%d", active.app_host, active.app_port)
                 yield
         finally:
@@ -279,15 +275,11 @@ def add_docs_pages(app: FastAPI) -> None:
 @asynccontextmanager
 async def warm_up(services: Services) -> AsyncIterator[None]:
     """Warm the local model in the background (LOCAL_MODEL_WARM_UP), cancelled at shutdown."""
-    warming = warm_local_model(services) if services.settings.local_model_warm_up else None
-    async with in_background(warming, "local model warm-up"):
-        yield
-
-
-@asynccontextmanager
-async def in_background(work: Coroutine[Any, Any, None] | None, name: str) -> AsyncIterator[None]:
-    """`work` (if any) run as a task of its own while the server runs, cancelled at shutdown."""
-    task = asyncio.create_task(work, name=name) if work is not None else None
+    task = (
+        asyncio.create_task(warm_local_model(services), name="local model warm-up")
+        if services.settings.local_model_warm_up
+        else None
+    )
     try:
         yield
     finally:
@@ -344,30 +336,14 @@ async def summary_folds() -> AsyncIterator[None]:
         await titles.close()
 
 
-@asynccontextmanager
-async def frozen_start_up(services: Services) -> AsyncIterator[None]:
-    """Keep what start-up loaded out of every later garbage collection: now, and again once the
-    embedder, which loads after the server is up, has loaded.
+def freeze_startup_objects() -> None:
+    """Keep what start-up loaded out of every later garbage collection.
 
     Torch, the embedder, LiteLLM and the rest leave a few million objects in memory for good. A
     full collection walks them all and holds the GIL meanwhile: the event loop, and so every
-    stream, stood still for hundreds of ms (`bench/turn.py` saw up to 1.4 s on a busy machine;
-    ~90 ms while only the embedder's objects were left unfrozen). Collected once, then frozen,
-    later collections only walk what requests create.
+    stream, stood still for hundreds of ms (`bench/turn.py` saw up to 1.4 s on a busy machine).
+    Collected once here, then frozen, later collections only walk what requests create.
     """
-    freeze_loaded_objects()
-
-    async def after_loading(loading: asyncio.Task[None]) -> None:
-        await asyncio.wait([loading])  # cancelled at shutdown, this leaves the load alone
-        freeze_loaded_objects()
-
-    loading = services.warming_up
-    later = after_loading(loading) if loading and not loading.done() else None
-    async with in_background(later, "freeze after the embedder's load"):
-        yield
-
-
-def freeze_loaded_objects() -> None:
     gc.collect()
     gc.freeze()
 

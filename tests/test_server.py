@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import signal
@@ -24,7 +23,7 @@ from core.config import PROJECT_ROOT, load_settings
 from core.db import Database
 from core.services import open_services
 from rag.embedder import Embedder
-from tests.chat_client import free_port, serve
+from tests.chat_client import free_port
 
 START_TIMEOUT = 120
 
@@ -291,9 +290,11 @@ def test_a_server_killed_mid_reply_loses_nothing_and_frees_the_chat(
     assert len(recovered) >= len("".join(streamed).split()) - 3, (recovered, streamed)
 
 
-@pytest.fixture
-def held_embedder_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """The bundled embedder's load waits until the event is set (set at the end in any case)."""
+async def test_the_server_answers_while_the_embedder_loads(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up does not wait for the bundled embedder: health is ok and says it is warming up,
+    and a search asked meanwhile waits for the load and then runs."""
     release = threading.Event()
     real_open = Embedder._open_model
 
@@ -302,16 +303,6 @@ def held_embedder_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Ev
         return real_open(self)
 
     monkeypatch.setattr(Embedder, "_open_model", slow_open)
-    yield release
-    release.set()
-
-
-async def test_the_server_answers_while_the_embedder_loads(
-    settings, held_embedder_load: threading.Event
-) -> None:
-    """Start-up does not wait for the bundled embedder: health is ok and says it is warming up,
-    and a search asked meanwhile waits for the load and then runs."""
-    release = held_embedder_load
     services = await open_services(settings)
     try:
         health = await services.health()
@@ -325,33 +316,6 @@ async def test_the_server_answers_while_the_embedder_loads(
         await asyncio.wait_for(services.warming_up, 60)
         health = await services.health()
         assert health["warming_up"] is False and health["embedder"]["state"] == "ready"
-    finally:
-        release.set()
-        await services.close()
-
-
-async def test_what_the_embedder_loads_after_start_up_is_kept_out_of_collections(
-    settings, held_embedder_load: threading.Event
-) -> None:
-    """Start-up freezes what it loaded (`gc.freeze`), so a full garbage collection, which stops
-    the event loop, walks only what requests create. The embedder loads after that (above): its
-    model is frozen once loaded too. Before, every full collection walked torch's objects and
-    stopped every stream for ~90 ms (`python -m bench.turn`, its garbage collection lines)."""
-    release = held_embedder_load
-    services = await open_services(settings)
-    try:
-        async with serve(services):
-            release.set()
-            await asyncio.wait_for(asyncio.shield(services.warming_up), 60)
-            model = services.embedder._model
-            assert model is not None
-            for _ in range(50):
-                # Every generation's objects, the frozen ones not among them.
-                if not any(o is model for o in gc.get_objects()):
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("the loaded embedder is still walked by full collections")
     finally:
         release.set()
         await services.close()
