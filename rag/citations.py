@@ -20,15 +20,18 @@ _PARTIAL_RE = re.compile(r"(?:\[|【)[\d\s,;†\w\-:.]*\Z")
 _MAX_HELD = 48  # longer than any citation: give up holding and show it as text
 
 
-def normalize_citations(text: str, source_count: int, read: Collection[int] | None = None) -> str:
-    """`【3†L1-L3】` → `[3]`, `[1, 2]` → `[1][2]`; citations of unknown sources are removed, and,
-    when `read` is given (a research part, written from some of the sources), of sources not in
-    it."""
+def numbered(count: int) -> range:
+    """The numbers of `count` sources, [1] to [count]."""
+    return range(1, count + 1)
+
+
+def normalize_citations(text: str, sources: Collection[int]) -> str:
+    """`【3†L1-L3】` → `[3]`, `[1, 2]` → `[1][2]`; citations of numbers not in `sources` are
+    removed (all the answer's sources, `numbered(n)`, or those a research part was shown)."""
 
     def replace(match: re.Match[str]) -> str:
         numbers = [int(n) for n in re.findall(r"(?:^|[,;])\s*(\d+)", match.group(1))]
-        kept = [n for n in numbers if 1 <= n <= source_count and (read is None or n in read)]
-        return "".join(f"[{n}]" for n in kept)
+        return "".join(f"[{n}]" for n in numbers if n in sources)
 
     return _CITATION_RE.sub(replace, text)
 
@@ -36,9 +39,8 @@ def normalize_citations(text: str, source_count: int, read: Collection[int] | No
 class CitationNormalizer:
     """Normalizes citations in a stream of text pieces; `feed` returns what can be shown now."""
 
-    def __init__(self, source_count: int, read: Collection[int] | None = None) -> None:
-        self.source_count = source_count
-        self.read = read
+    def __init__(self, sources: Collection[int]) -> None:
+        self.sources = sources
         self._held = ""
         self._before = ""  # the last character shown: `_CITATION_RE` looks one character back
 
@@ -55,7 +57,7 @@ class CitationNormalizer:
         return self._show(text)
 
     def _show(self, text: str) -> str:
-        shown = normalize_citations(text, self.source_count, self.read)[len(self._before) :]
+        shown = normalize_citations(text, self.sources)[len(self._before) :]
         self._before = text[-1:] if text else self._before
         return shown
 

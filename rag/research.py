@@ -321,7 +321,7 @@ class Research:
             metadata=self.metadata(f"research part {k}"),
         )
         self.answered(stream)
-        citations = CitationNormalizer(len(sources), read=set(texts))
+        citations = CitationNormalizer(set(texts))  # the sources this part was shown
         written = self.written[i] = []
         async for chunk in stream:
             piece = chunk.choices[0].delta.content if chunk.choices else None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from core.prompts import source_blocks, web_answer_request
 from core.tracing import span
 from rag.chunk_judge import check_evidence
-from rag.citations import CitationNormalizer
+from rag.citations import CitationNormalizer, numbered
 from rag.md_chunker import budget_for, chunk_pages
 from rag.ranker import rank_chunks
 from rag.search_providers import SearchProvider
@@ -183,7 +183,7 @@ class WebSearchRound:
             metadata=self.metadata("web answer"),
         )
         self.answered(stream)
-        citations = CitationNormalizer(source_count)
+        citations = CitationNormalizer(numbered(source_count))
         shown: list[str] = []
         async for chunk in stream:
             piece = chunk.choices[0].delta.content if chunk.choices else None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rag.citations import CitationNormalizer, normalize_citations
+from rag.citations import CitationNormalizer, normalize_citations, numbered
 
 CASES = [
     ("Paris is the capital [1].", "Paris is the capital [1]."),
@@ -19,19 +19,19 @@ CASES = [
 
 @pytest.mark.parametrize(("raw", "expected"), CASES)
 def test_normalize(raw: str, expected: str) -> None:
-    assert normalize_citations(raw, source_count=3) == expected
+    assert normalize_citations(raw, numbered(3)) == expected
 
 
 @pytest.mark.parametrize(("raw", "expected"), CASES)
 def test_streamed_piece_by_piece_gives_the_same_text(raw: str, expected: str) -> None:
     for size in (1, 2, 5):
-        stream = CitationNormalizer(source_count=3)
+        stream = CitationNormalizer(numbered(3))
         shown = "".join(stream.feed(raw[i : i + size]) for i in range(0, len(raw), size))
         assert shown + stream.finish() == expected
 
 
 def test_stream_does_not_hold_plain_text() -> None:
-    stream = CitationNormalizer(source_count=2)
+    stream = CitationNormalizer(numbered(2))
     assert stream.feed("Hello ") == "Hello "
     assert stream.feed("world [") == "world "
     assert stream.feed("1") == ""
@@ -43,6 +43,6 @@ def test_a_research_part_cites_only_the_sources_it_read() -> None:
     # no citation of what it read (the local model cited the steam-engine page for Warsaw).
     raw = "About 1.7 million people [1][2] live in Warsaw [3, 1]."
     expected = "About 1.7 million people [1] live in Warsaw [1]."
-    assert normalize_citations(raw, 3, read={1}) == expected
-    stream = CitationNormalizer(3, read={1})
+    assert normalize_citations(raw, {1}) == expected
+    stream = CitationNormalizer({1})
     assert "".join(stream.feed(c) for c in raw) + stream.finish() == expected
