@@ -26,6 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -248,20 +249,13 @@ class RankingEmbedder:
     def __init__(self, embedder: Embedder, precision: RankPrecision) -> None:
         self._embedder = embedder
         self._asked = precision
-        self._precision: Literal["bfloat16", "float32"] | None = None
 
-    @property
+    @cached_property
     def precision(self) -> Literal["bfloat16", "float32"]:
         # Decided at first use, not when the embedder is made: asking the CPU imports torch,
         # which start-up leaves to the embedder's own thread.
-        if self._precision is None:
-            bf16 = self._asked == "bfloat16" or (self._asked == "auto" and cpu_computes_bf16())
-            self._precision = "bfloat16" if bf16 else "float32"
-        return self._precision
-
-    @precision.setter
-    def precision(self, value: Literal["bfloat16", "float32"]) -> None:
-        self._precision = value
+        bf16 = self._asked == "bfloat16" or (self._asked == "auto" and cpu_computes_bf16())
+        return "bfloat16" if bf16 else "float32"
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._embedder, name)
