@@ -53,8 +53,9 @@ log = logging.getLogger("resolveai.research")
 
 MAX_SUB_QUESTION_CHARS = 300
 _CITATION = re.compile(r"\[(\d+)\]")
-# A sentence ends at . ! or ? followed by its citations and a space (or the end of the line).
-_SENTENCE = re.compile(r"(.+?[.!?](?:\s?\[\d+\])*)(?=\s|$)")
+# A sentence ends at . ! or ? followed by its citations, then the line's end or a space and what
+# starts a sentence (not a digit or a lower-case letter: "c. 1,300,000", "e.g. the").
+_SENTENCE = re.compile(r"(.+?[.!?](?:\s?\[\d+\])*)(?=$|\s+[^\s\da-z])")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
 # Words that say nothing of what a sub-question asks about.
 # fmt: off
@@ -253,6 +254,7 @@ class Research:
 
     async def _one_search(self, query: str) -> list[SearchResult]:
         self.searches += 1
+        log.info("Research: searching for %r", query[:200])
         try:
             return await self.provider.search(query, RESULTS_PER_SEARCH)
         except SearchError as error:  # one failed search costs its sub-question, not the report

@@ -420,6 +420,13 @@ def test_a_short_answer_ends_each_parts_first_sentence() -> None:
     sections = [("Who was the Norse leader?", "Rollo [1]"), ("Who?", "Davies did it [2]. Also…")]
     report = _report("Answer all", sections, [], [])
     assert "**Short answer:** Rollo [1]. Davies did it [2]." in report
+    # A period inside a sentence ("c. 1,300,000", "e.g. the") does not end it: one did, and the
+    # short answer read "According to the sources, in 1939, c."
+    sections = [("How many?", "In 1939, c. 1,300,000 people lived there [1]. Later, fewer.")]
+    sections.append(("Which?", "Those used, e.g. the ones [2] here. Next."))
+    report = _report("Answer all", sections, [], [])
+    short = "In 1939, c. 1,300,000 people lived there [1]. Those used, e.g. the ones [2] here."
+    assert f"**Short answer:** {short}" in report
 
 
 def test_plans_and_checks_are_read_strictly() -> None:
