@@ -30,6 +30,7 @@ from core.grounding import (
     numbered_sentences,
     sentence_span,
     shares_a_word,
+    told_by,
 )
 from core.memory_search import retrieve_memories
 from core.preferences import memory_paused
@@ -171,7 +172,7 @@ async def _apply(
     quote = None
     if isinstance(numbers, list) and all(isinstance(n, int) for n in numbers):
         quote = sentence_span(text, numbers)
-    if quote is None or not shares_a_word(fact, quote):
+    if quote is None or not shares_a_word(fact, quote) or not told_by(fact, quote):
         # A wrong sentence number: the fact may still be in another sentence, in its words.
         quote = best_supporting_sentence(text, fact)
     if quote is None:

@@ -9,7 +9,8 @@ Small models paraphrase when asked to quote, so extraction never asks them to: i
 as numbered sentences (`numbered_sentences`) and the model cites numbers; `sentence_span` turns
 them back into the exact text, which is then found by construction. A real sentence cited for a
 fact it does not state is caught too: the fact must share a meaningful word with it
-(`shares_a_word`) and state no number it does not (`states_its_numbers`).
+(`shares_a_word`) and state no number it does not (`states_its_numbers`), and a question
+tells only what it holds (`told_by`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _SAME_CHARACTER = str.maketrans(
 )
 # Quote marks and punctuation a model tends to add around a quote.
 _EDGE_CHARACTERS = " \t\r\n'\".,;:!?…-"
+# What may close a sentence after its final mark.
+_CLOSING_CHARACTERS = "\"')]»”’"
 # Shorter quotes ("I", "ok") are in almost any message, so they prove nothing.
 MIN_QUOTE_CHARS = 4
 
@@ -112,12 +115,25 @@ def content_words(text: str) -> set[str]:
     """The words of `text` that carry meaning, lower case, cut to their first 5 letters (a crude
     stem: "allergic"/"allergy", "lives"/"living" meet)."""
     normalized, _ = _normalized(text)
-    return {w[:5] for w in _WORD.findall(normalized) if w not in _STOP_WORDS}
+    words = (w.removesuffix("'s") for w in _WORD.findall(normalized))  # "wife's" is "wife"
+    return {w[:5] for w in words if w not in _STOP_WORDS}
 
 
 def shares_a_word(fact: str, quote: str) -> bool:
     """Whether the fact and its quote have a meaningful word in common."""
     return bool(content_words(fact) & content_words(quote))
+
+
+def told_by(fact: str, quote: str) -> bool:
+    """Whether the quote tells the fact rather than asks about it. A quote of questions only tells
+    what it holds, so every meaningful word of the fact must be in it: "Any recipes, since I'm
+    vegan?" tells "The user is vegan."; "What's my favourite colour?" does not tell "The user's
+    favourite colour is blue." (small models answer the question: "How many children do I have?"
+    became "The user has two children."). A quote with a statement in it is not judged here."""
+    sentences = split_sentences(quote) or [quote]
+    if not all(s.strip().rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):
+        return True
+    return content_words(fact) <= content_words(quote)
 
 
 def best_supporting_sentence(message: str, fact: str) -> str | None:

@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from core.grounding import find_quote, shares_a_word, states_its_numbers
+from core.grounding import find_quote, shares_a_word, states_its_numbers, told_by
 
 logger = logging.getLogger("resolveai.db")
 
@@ -196,6 +196,8 @@ def _grounded_quote(fact: str, quote: str, message: str) -> str:
         raise NotGrounded("that is not something the user said: the quote does not state that fact")
     if not states_its_numbers(fact, span):
         raise NotGrounded("that is not something the user said: the quote lacks its numbers")
+    if not told_by(fact, span):
+        raise NotGrounded("that is not something the user said: they asked it, not told it")
     return span
 
 

@@ -29,6 +29,7 @@ from core.grounding import (
     sentence_span,
     split_sentences,
     states_its_numbers,
+    told_by,
 )
 from core.services import Services, open_services
 from tests.chat_client import send
@@ -140,6 +141,20 @@ def test_a_fact_states_only_the_numbers_its_quote_states() -> None:
     assert not states_its_numbers("The user has 3 marbles.", "I have marbles")
     assert states_its_numbers("The user's flat is 1,200 square feet.", "My flat is 1200 sq ft")
     assert states_its_numbers("The user has one sister.", "I have a sister")  # "one" is "a"
+
+
+def test_a_question_tells_only_what_it_holds() -> None:
+    """A question asks; it tells nothing it does not hold. "What's my favourite colour?" cited
+    for "The user's favourite colour is blue." is the model answering it, as "How many children do
+    I have?" became "The user has two children."; "Any recipes, since I'm vegan?" does tell."""
+    assert not told_by("The user's favourite colour is blue.", "What's my favourite colour?")
+    assert not told_by("The user works at Google.", "Where do I work?")
+    assert told_by("The user is vegan.", "Any recipes, since I'm vegan?")
+    assert told_by("The user has a new puppy.", "How do I train my new puppy?")
+    assert told_by("The user has a wife.", "What should I get my wife's parents?")
+    # A quote with a statement in it is judged as before (a shared word, its numbers).
+    assert told_by("The user lives in Lisbon.", "I live in Lisbon. Any tips?")
+    assert told_by("The user has a dog named Max.", "I have a golden retriever called Max.")
 
 
 # --- extraction after the reply ------------------------------------------------------------------
@@ -332,22 +347,40 @@ async def test_extraction_cannot_store_what_the_user_did_not_say(
     assert any("extraction output unusable" in line for line in lines)
 
 
-async def test_extraction_cannot_store_a_number_the_user_did_not_say(
-    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
-) -> None:
-    model.push({"text": "You told me you have daughters."})
-    model.push_for(
-        "memory",
-        ops(
-            {"op": "add", "fact": "The user has two children.", "sentences": [2]},
-            {"op": "add", "fact": "The user has three cats.", "sentences": [1]},
+@pytest.mark.parametrize(
+    ("said", "facts", "kept"),
+    [
+        # A number the user did not say.
+        (
+            "I have 3 cats. How many children do I have?",
+            [("The user has two children.", 2), ("The user has three cats.", 1)],
+            ("The user has three cats.", "I have 3 cats."),
         ),
+        # The answer to the user's own question.
+        (
+            "What's my favourite colour? Any recipes, since I'm vegan?",
+            [("The user's favourite colour is blue.", 1), ("The user is vegan.", 2)],
+            ("The user is vegan.", "Any recipes, since I'm vegan?"),
+        ),
+    ],
+    ids=["a number the user did not say", "an answer to the user's question"],
+)
+async def test_extraction_stores_only_what_the_message_tells(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    chat_services: Services,
+    empty: None,
+    said: str,
+    facts: list[tuple[str, int]],
+    kept: tuple[str, str],
+) -> None:
+    model.push({"text": "Noted."})
+    model.push_for(
+        "memory", ops(*({"op": "add", "fact": fact, "sentences": [n]} for fact, n in facts))
     )
-    await send(client, "I have 3 cats. How many children do I have?")
+    await send(client, said)
     await extractions_done(chat_services)
-    assert [(m["content"], m["quote"]) for m in await memories(client)] == [
-        ("The user has three cats.", "I have 3 cats.")
-    ]
+    assert [(m["content"], m["quote"]) for m in await memories(client)] == [kept]
 
 
 async def test_a_failed_extraction_is_retried_and_nothing_is_half_written(

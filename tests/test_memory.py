@@ -454,6 +454,19 @@ async def test_save_tool_says_saved_then_already_known(
     )
 
 
+async def test_save_tool_refuses_an_answer_to_the_users_question(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    chat = await chat_store.create_chat(memory_pool)
+    config = await turn_config(memory_pool, embedder, chat["chat_id"], "Which city is my home?")
+    with pytest.raises(memory_store.NotGrounded, match="they asked it, not told it"):
+        await save_memory.ainvoke(
+            {"content": "The user's home city is Porto.", "quote": "Which city is my home?"},
+            config=config,
+        )
+    assert await count_memories(memory_pool) == 0
+
+
 async def test_save_tool_rejects_a_too_long_fact(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
