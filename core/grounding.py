@@ -131,7 +131,7 @@ def told_by(fact: str, quote: str) -> bool:
     favourite colour is blue." (small models answer the question: "How many children do I have?"
     became "The user has two children."). A quote with a statement in it is not judged here."""
     sentences = split_sentences(quote) or [quote]
-    if not all(s.strip().rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):
+    if not all(s.rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):
         return True
     return content_words(fact) <= content_words(quote)
 
