@@ -3,11 +3,12 @@
 Starting the embedded server costs seconds the first time, so `database` is session-scoped; tests
 that write create their own chats so they do not depend on each other or on order.
 
-The standalone tier (`.ci/run`): with `TEST_DATABASE_URL` set, the session's database is that
-Postgres, one the tests do not own (Debian's PostgreSQL with pgvector, as a managed one would be),
-reached through `DATABASE_URL` as a deployment reaches it; `standalone_postgres` then gives a new
-database on it instead of starting a server. Its role needs CREATEDB, and `vector` must be in
-template1 (creating it needs a superuser, as on a managed Postgres).
+The standalone tier (`.ci/run`): with `TEST_DATABASE_URL` set, the session's database is a new one
+on that Postgres, a server the tests do not own (Debian's PostgreSQL with pgvector, as a managed one
+would be), reached through `DATABASE_URL` as a deployment reaches it, and dropped at the end: what
+an earlier run left there (the server outlives it) cannot leak into this one. `standalone_postgres`
+then gives a new database on it instead of starting a server. Its role needs CREATEDB, and
+`vector` must be in template1 (creating it needs a superuser, as on a managed Postgres).
 """
 
 from __future__ import annotations
@@ -52,7 +53,17 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def settings(data_dir: Path) -> Settings:
+async def session_database_url() -> AsyncIterator[str | None]:
+    """The standalone tier's session database (a new one, see above); None: the embedded one."""
+    if not STANDALONE_URL:
+        yield None
+        return
+    async with new_database_on(STANDALONE_URL) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def settings(data_dir: Path, session_database_url: str | None) -> Settings:
     # _env_file=None: a developer's .env (say, a DATABASE_URL) must not leak into the tests. No
     # shutdown grace: an app a test ends interrupts its replies at once (test_server.py tests the
     # grace, on the real process). No link in a message is fetched: tests never reach the
@@ -60,7 +71,7 @@ def settings(data_dir: Path) -> Settings:
     return load_settings(
         _env_file=None,
         app_data_dir=data_dir,
-        database_url=STANDALONE_URL,
+        database_url=session_database_url,
         shutdown_grace_seconds=0,
         link_reading="off",
     )

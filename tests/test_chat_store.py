@@ -41,7 +41,9 @@ async def test_list_chats_newest_activity_first_and_filtered(pool: AsyncConnecti
     tag = uuid.uuid4().hex
     first = await chat_store.create_chat(pool, f"{tag} first")
     second = await chat_store.create_chat(pool, f"{tag} second")
-    other = await chat_store.create_chat(pool, "unrelated 100%")
+    # Its own tag too: the database may hold the chats of other tests (or of an earlier run).
+    other_tag = uuid.uuid4().hex
+    other = await chat_store.create_chat(pool, f"unrelated 100% {other_tag}")
 
     listed = await chat_store.list_chats(
         pool, LOCAL_USER_ID, title_filter=tag.upper()
@@ -62,7 +64,9 @@ async def test_list_chats_newest_activity_first_and_filtered(pool: AsyncConnecti
     # % and _ in the filter are literal characters, not wildcards.
     assert [
         c["chat_id"]
-        for c in await chat_store.list_chats(pool, LOCAL_USER_ID, title_filter="d 100%")
+        for c in await chat_store.list_chats(
+            pool, LOCAL_USER_ID, title_filter=f"d 100% {other_tag}"
+        )
     ] == [other["chat_id"]]
     assert await chat_store.list_chats(pool, LOCAL_USER_ID, title_filter=f"{tag}%second") == []
 
