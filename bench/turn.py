@@ -26,8 +26,8 @@ paired within a round, median over rounds.
 
 Measured per turn: request to first `token` event, request to `done`, turns/s (all messages of a
 phase over its wall time), percentiles over every message of a phase (median over rounds), the
-server process's CPU time per message (all its threads; Postgres, a process of its own, not
-included), and:
+server process's CPU time per message (all its threads), Postgres's (all its processes, when it
+runs on this machine: it shares the cores), and:
 
 - DB round trips per turn: every request/response exchange psycopg has with Postgres (statements,
   BEGIN, COMMIT, ROLLBACK, the pool's check of a connection on checkout), counted by wrapping
@@ -74,6 +74,7 @@ from types import FrameType
 from typing import Any
 
 import httpx
+import psutil
 import psycopg._cursor_base
 import psycopg._server_cursor_base
 import psycopg.generators
@@ -301,6 +302,43 @@ class RoundTrips:
         return count
 
 
+class PostgresCpu:
+    """CPU seconds of the Postgres server, all its processes (the postmaster, the connections'
+    backends, the background workers, and those that ended), when it runs on this machine: it
+    shares the cores with the server, so statements the server sends cost there too."""
+
+    def __init__(self, postmaster: psutil.Process | None) -> None:
+        self.postmaster = postmaster
+
+    @classmethod
+    async def find(cls, services: Services) -> PostgresCpu:
+        """The server behind the app's pool: the parent of a connection's backend process."""
+        token = _UNCOUNTED.set(True)
+        try:
+            async with services.database.pool.connection() as conn:
+                row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+        finally:
+            _UNCOUNTED.reset(token)
+        try:
+            return cls(psutil.Process(row[0]).parent() if row else None)
+        except psutil.Error:  # elsewhere (a DATABASE_URL on another machine)
+            return cls(None)
+
+    def seconds(self) -> float:
+        if self.postmaster is None:
+            return math.nan
+        try:
+            own = self.postmaster.cpu_times()
+            total = own.user + own.system + own.children_user + own.children_system
+        except psutil.Error:
+            return math.nan
+        for child in self.postmaster.children():
+            with contextlib.suppress(psutil.Error):  # ended meanwhile: in children_* by now
+                times = child.cpu_times()
+                total += times.user + times.system
+        return total
+
+
 def _label(frame: FrameType | None) -> str:
     kind = "statement"
     where: list[str] = []
@@ -404,6 +442,7 @@ class Phase:
     lag: list[float]  # the probe's samples, seconds
     round_trips: int
     cpu: float = math.nan  # CPU seconds of this process (all threads) during the phase
+    postgres_cpu: float = math.nan  # CPU seconds of the Postgres server during the phase
     stall: tuple[float, str] = (0.0, "")  # the longest stall seen by the watchdog, and its stack
     gc_pauses: list[tuple[int, float, float]] = field(default_factory=list)  # generation, s, CPU s
     lag_on_cpu: list[float] = field(default_factory=list)  # of each lag sample, the part on CPU
@@ -451,6 +490,10 @@ class Phase:
     @property
     def cpu_ms_per_turn(self) -> float:
         return 1000 * self.cpu / len(self.turns) if self.turns else math.nan
+
+    @property
+    def postgres_cpu_ms_per_turn(self) -> float:
+        return 1000 * self.postgres_cpu / len(self.turns) if self.turns else math.nan
 
     @property
     def lag_max_ms(self) -> float:
@@ -514,6 +557,7 @@ class Bench:
         self.probe = LagProbe()
         self.round_trips = RoundTrips()
         self.gc_pauses = GcPauses()
+        self.postgres = PostgresCpu(None)  # found when the bench runs
         self.client: ClientProcess | None = None
         self.worker: MemoryWorker | None = None  # the app's, once it runs
         self.think = 0.0
@@ -524,14 +568,15 @@ class Bench:
         self.probe.take()
         self.round_trips.take()
         self.gc_pauses.take()
-        cpu = time.process_time()
+        cpu, postgres_cpu = time.process_time(), self.postgres.seconds()
         result = await self.client.run(url, clients, turns, self.think)
         if server != "baseline":  # (the bare baseline queues none; its count stays its own)
             await self.memory_jobs_done()
         lag, on_cpu, stall = self.probe.take()
         phase = Phase(server, clients, turns, result["turns"], result["wall"], lag,
-                      self.round_trips.take(), time.process_time() - cpu, stall,
-                      self.gc_pauses.take(), on_cpu)  # fmt: skip
+                      self.round_trips.take(), time.process_time() - cpu,
+                      self.postgres.seconds() - postgres_cpu, stall, self.gc_pauses.take(),
+                      on_cpu)  # fmt: skip
         print(
             f"  {server}, {clients} clients: {phase.done}/{phase.expected} done, done p50 "
             f"{phase.ms('done', 50):.1f} ms, {phase.turns_per_s:.0f} turns/s",
@@ -587,6 +632,7 @@ class Bench:
         self.provider.responder = plain_reply
         self.round_trips.install()
         self.gc_pauses.install()
+        self.postgres = await PostgresCpu.find(self.services)
         self.probe.start()
         self.client = await ClientProcess.start()
         from chat import queue_worker
@@ -771,10 +817,10 @@ def render(report: Report, options: Options) -> str:
         "endpoint streaming the same events, in the same run.",
         "",
         "| clients | server | first token p50 / p95 / p99 (ms) | done p50 / p95 / p99 (ms) "
-        "| turns/s | server CPU / turn (ms) | DB round trips / turn "
+        "| turns/s | server CPU / turn (ms) | Postgres CPU / turn (ms) | DB round trips / turn "
         "| loop lag max / p99 / longest on CPU (ms) "
         "| messages done |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def row(label: str, clients: int, phases: list[Phase]) -> str:
@@ -783,12 +829,13 @@ def render(report: Report, options: Options) -> str:
         rate = _median([p.turns_per_s for p in phases])
         trips = _median([p.round_trips_per_turn for p in phases])
         cpu = _median([p.cpu_ms_per_turn for p in phases])
+        postgres_cpu = _median([p.postgres_cpu_ms_per_turn for p in phases])
         lag = _lag_cell(phases)
         finished = sum(p.done for p in phases)
         expected = sum(p.expected for p in phases)
         return (
             f"| {clients} | {label} | {_triple(first)} | {_triple(done)} | {rate:.0f} | {cpu:.1f} "
-            f"| {trips:.1f} | {lag} | {finished}/{expected} |"
+            f"| {postgres_cpu:.1f} | {trips:.1f} | {lag} | {finished}/{expected} |"
         )
 
     for clients in options.clients:
@@ -801,7 +848,7 @@ def render(report: Report, options: Options) -> str:
         ratio = _median([o.turns_per_s / b.turns_per_s for o, b in zip(ours, base, strict=True)])
         lines.append(
             f"| {clients} | **overhead** (ResolveAI − baseline) | {_triple(first, True)} "
-            f"| {_triple(done, True)} | {ratio:.2f}× | | | | |"
+            f"| {_triple(done, True)} | {ratio:.2f}× | | | | | |"
         )
     for server in ("resolveai + embeddings", "resolveai + local model"):
         phases = report.of(server)

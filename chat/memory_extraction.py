@@ -33,7 +33,7 @@ from core.grounding import (
     told_by,
 )
 from core.memory_search import retrieve_memories
-from core.preferences import memory_paused
+from core.preferences import with_defaults
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
 from core.services import Services
 
@@ -100,7 +100,7 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
         result.skipped = "the message is gone"
     elif message["temporary"]:
         result.skipped = "temporary chat"
-    elif await memory_paused(pool, message["user_id"]):
+    elif with_defaults(message["preferences"])["memory_paused"]:
         result.skipped = "memory is paused"
     if message is None or result.skipped:
         return result

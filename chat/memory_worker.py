@@ -20,8 +20,14 @@ class MemoryWorker(QueueWorker):
     def __init__(self, services: Services) -> None:
         super().__init__()
         self.services = services
+        # The last job's finish saw none waiting: this pass ends without asking the queue again
+        # (a job queued since wakes the next pass).
+        self._drained = False
 
     async def run_one(self) -> bool:
+        if self._drained:
+            self._drained = False
+            return False
         job = await memory_jobs.claim(self.services.database.pool)
         if job is None:
             return False
@@ -42,7 +48,7 @@ class MemoryWorker(QueueWorker):
                 "will retry" if retry else "giving up on this message",
             )
             return 0
-        await memory_jobs.finish(pool, job.message_id)
+        self._drained = not await memory_jobs.finish(pool, job.message_id)
         if result.skipped is None:
             self.log.info(
                 "Memory: extraction done in %.1f s (%d saved, %d updated, %d replaced, %d known,"

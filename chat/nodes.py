@@ -116,13 +116,10 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
 
 
 async def _unsummarised(pool: Any, chat_id: uuid.UUID) -> tuple[str | None, list[dict[str, Any]]]:
-    """The chat's summary and the messages of the branch shown after the last one it covers. One
-    after the other, so the summary and the messages agree even if a fold is stored in between.
-    A summary of another branch (the user picked another version of an earlier message) is left
+    """The chat's summary and the messages of the branch shown after the last one it covers. A
+    summary of another branch (the user picked another version of an earlier message) is left
     out, and the whole branch sent instead."""
-    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
-    upto = chat["summary_upto_message_id"] if chat else None
-    history, covered = await chat_store.branch_after(pool, chat_id, upto)
+    chat, history, covered = await chat_store.unsummarised(pool, chat_id)
     return (chat["summary"] if chat and covered else None), history
 
 

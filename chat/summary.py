@@ -101,11 +101,10 @@ async def fold_summary(services: Services, chat_id: uuid.UUID, trace_id: str | N
     turn tries again); a failing database raises.
     """
     pool = services.database.pool
-    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
+    chat, pending, covered = await chat_store.unsummarised(pool, chat_id)
     if chat is None:  # deleted meanwhile
         return False
     previous_upto = chat["summary_upto_message_id"]
-    pending, covered = await chat_store.branch_after(pool, chat_id, previous_upto)
     if len(pending) < FOLD_AT_UNSUMMARISED:
         return False
     to_fold = pending[:FOLD_MESSAGES]

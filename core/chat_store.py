@@ -48,14 +48,23 @@ _HEAD = (
 )
 # The branch shown: from the head up to the root (`depth` 0 is the head), or up to and including
 # %(stop)s when that message is on it.
-_BRANCH = (
-    "WITH RECURSIVE branch AS ("
-    f" SELECT m.*, 0 AS depth FROM chats AS c JOIN messages AS m ON m.message_id = {_HEAD}"
-    "  WHERE c.chat_id = %(chat)s"
-    " UNION ALL"
-    " SELECT m.*, b.depth + 1 FROM branch AS b JOIN messages AS m ON m.message_id = b.parent_id"
-    "  WHERE b.message_id IS DISTINCT FROM %(stop)s::uuid)"
-)
+
+
+def _branch_sql(stop: str) -> str:
+    """`branch`: the messages of chat %(chat)s's branch shown, from its head back to the message
+    `stop` (an SQL expression) names, that one included, or to the first."""
+    return (
+        "branch AS ("
+        f" SELECT m.*, 0 AS depth FROM chats AS c JOIN messages AS m ON m.message_id = {_HEAD}"
+        "  WHERE c.chat_id = %(chat)s"
+        " UNION ALL"
+        " SELECT m.*, b.depth + 1 FROM branch AS b JOIN messages AS m"
+        "  ON m.message_id = b.parent_id"
+        f"  WHERE b.message_id IS DISTINCT FROM {stop})"
+    )
+
+
+_BRANCH = f"WITH RECURSIVE {_branch_sql('%(stop)s::uuid')}"
 _BRANCH_COLUMNS = ", ".join(f"b.{name}" for name in _MESSAGE_COLUMNS.split(", "))
 HEAD = "head"  # add_message(parent=HEAD): after the chat's head, where a new message goes
 
@@ -503,21 +512,36 @@ async def list_messages(db: Db, chat_id: uuid.UUID) -> list[dict[str, Any]]:
     )
 
 
-async def branch_after(
-    db: Db, chat_id: uuid.UUID, after_message_id: uuid.UUID | None
-) -> tuple[list[dict[str, Any]], bool]:
-    """The messages of the branch shown after `after_message_id`, oldest first, and whether that
-    message is on the branch. If it is not (None, deleted, or on another branch: the user picked
-    another version before it), every message of the branch is returned: what a summary up to it
-    says belongs to another branch."""
+async def unsummarised(
+    db: Db, chat_id: uuid.UUID
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], bool]:
+    """The chat's summary (`summary`, `summary_upto_message_id`; None if there is no such chat),
+    the messages of the branch shown after the last one the summary covers, oldest first, and
+    whether that message is on the branch. If it is not (none yet, or on another branch: the user
+    picked another version before it), every message of the branch is returned: what the summary
+    says belongs to another branch. One statement, so one snapshot: a fold stored meanwhile cannot
+    make the summary and the messages disagree."""
     rows = await fetch_all(
         db,
-        f"{_BRANCH} SELECT {_BRANCH_COLUMNS} FROM branch AS b ORDER BY b.depth DESC",
-        {"chat": chat_id, "stop": after_message_id},
+        "WITH RECURSIVE chat AS (SELECT summary, summary_upto_message_id FROM chats"
+        "  WHERE chat_id = %(chat)s),"
+        f" {_branch_sql('(SELECT summary_upto_message_id FROM chat)')}"
+        " SELECT chat.summary AS chat_summary, chat.summary_upto_message_id AS chat_upto,"
+        f" {_BRANCH_COLUMNS} FROM chat LEFT JOIN branch AS b ON true ORDER BY b.depth DESC",
+        {"chat": chat_id},
     )
-    if after_message_id is not None and rows and rows[0]["message_id"] == after_message_id:
-        return rows[1:], True
-    return rows, False
+    if not rows:
+        return None, [], False
+    chat = {"summary": rows[0]["chat_summary"], "summary_upto_message_id": rows[0]["chat_upto"]}
+    messages = [
+        {k: v for k, v in row.items() if k not in ("chat_summary", "chat_upto")}
+        for row in rows
+        if row["message_id"] is not None
+    ]
+    upto = chat["summary_upto_message_id"]
+    if upto is not None and messages and messages[0]["message_id"] == upto:
+        return chat, messages[1:], True
+    return chat, messages, False
 
 
 async def branch_position(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> int:
@@ -548,14 +572,15 @@ async def recent_messages(db: Db, chat_id: uuid.UUID, limit: int = 10) -> list[d
 
 
 async def user_message_in_context(db: Db, message_id: uuid.UUID) -> dict[str, Any] | None:
-    """A user message with what memory extraction needs around it: its chat's `temporary` flag
-    and the assistant's reply just before it on its branch (`previous_reply`, None for a first
-    message)."""
+    """A user message with what memory extraction needs around it: its chat's `temporary` flag,
+    the assistant's reply just before it on its branch (`previous_reply`, None for a first
+    message) and the owner's stored preferences (`preferences`, read on the way)."""
     return await fetch_one(
         db,
         "SELECT m.message_id, m.chat_id, m.content, m.sent_at, c.temporary, c.user_id,"
         " (SELECT p.content FROM messages AS p WHERE p.message_id = m.parent_id"
-        "  AND p.role = 'assistant') AS previous_reply"
+        "  AND p.role = 'assistant') AS previous_reply,"
+        f" {preferences_sql('c.user_id')} AS preferences"
         " FROM messages AS m JOIN chats AS c USING (chat_id)"
         " WHERE m.message_id = %s AND m.role = 'user'",
         (message_id,),

@@ -4,7 +4,8 @@ After a reply is saved, its user message is queued here (`enqueue`, in the same 
 reply, so a crash cannot lose it). Any server process takes the oldest job with `claim`: a row
 lock with SKIP LOCKED picks it, and a lease (`claimed_until`) keeps other processes off it while
 the extraction runs; a process that dies mid-job only delays it until the lease runs out. `finish`
-deletes the job; `fail` records the error and frees it for a retry, up to `MAX_ATTEMPTS`.
+deletes the job (and says whether another waits); `fail` records the error and frees it for a
+retry, up to `MAX_ATTEMPTS`.
 """
 
 from __future__ import annotations
@@ -50,8 +51,17 @@ async def claim(db: Db, lease_seconds: int = LEASE_SECONDS) -> MemoryJob | None:
     return MemoryJob(**row) if row else None
 
 
-async def finish(db: Db, message_id: uuid.UUID) -> None:
-    await execute(db, "DELETE FROM memory_jobs WHERE message_id = %s", (message_id,))
+async def finish(db: Db, message_id: uuid.UUID) -> bool:
+    """Delete the job; returns whether another one waits, free to claim (so a worker that has
+    just done the last one does not ask again)."""
+    row = await fetch_one(
+        db,
+        "WITH done AS (DELETE FROM memory_jobs WHERE message_id = %(job)s)"
+        " SELECT EXISTS (SELECT 1 FROM memory_jobs WHERE message_id <> %(job)s"
+        "  AND (claimed_until IS NULL OR claimed_until < now())) AS more",
+        {"job": message_id},
+    )
+    return bool(row and row["more"])
 
 
 async def fail(db: Db, job: MemoryJob, error: str) -> bool:

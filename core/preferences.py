@@ -61,10 +61,6 @@ async def set_preferences(db: Db, user_id: uuid.UUID, **values: Any) -> dict[str
     return await get_preferences(db, user_id)
 
 
-async def memory_paused(db: Db, user_id: uuid.UUID) -> bool:
-    return bool((await get_preferences(db, user_id))["memory_paused"])
-
-
 def preferences_sql(user_id: str) -> str:
     """The stored preferences (a JSON object, name → value; `with_defaults` completes them) as an
     SQL expression for the user the column `user_id` names, for a statement that reads them on

@@ -162,21 +162,26 @@ async def test_recent_messages_and_the_summary_window(pool: AsyncConnectionPool)
     assert [m["content"] for m in recent] == ["m2", "m3", "m4", "m5"]  # latest four, oldest first
     assert len(await chat_store.recent_messages(pool, chat["chat_id"])) == 6
 
-    everything, found = await chat_store.branch_after(pool, chat["chat_id"], None)
+    chat_id = chat["chat_id"]
+    assert await chat_store.unsummarised(pool, uuid.uuid4()) == (None, [], False)
+    summary, everything, found = await chat_store.unsummarised(pool, chat_id)
+    assert summary == {"summary": None, "summary_upto_message_id": None}
     assert [m["message_id"] for m in everything] == ids and not found
-    after, found = await chat_store.branch_after(pool, chat["chat_id"], ids[2])
-    assert [m["content"] for m in after] == ["m3", "m4", "m5"] and found
-    assert await chat_store.branch_after(pool, chat["chat_id"], ids[-1]) == ([], True)
-    # An id from elsewhere does not hide any of this chat's messages.
-    after, found = await chat_store.branch_after(pool, chat["chat_id"], uuid.uuid4())
-    assert len(after) == 6 and not found
-    assert await chat_store.branch_position(pool, chat["chat_id"], ids[2]) == 3
+    assert "chat_summary" not in everything[0]  # messages only, as every other read gives them
+    assert await chat_store.branch_position(pool, chat_id, ids[2]) == 3
 
-    assert await chat_store.set_summary(pool, chat["chat_id"], "They said hello.", ids[2])
-    stored = await chat_store.get_chat(pool, chat["chat_id"], user_id=None)
-    assert stored is not None
-    assert stored["summary"] == "They said hello."
-    assert stored["summary_upto_message_id"] == ids[2]
+    assert await chat_store.set_summary(pool, chat_id, "They said hello.", ids[2])
+    summary, after, found = await chat_store.unsummarised(pool, chat_id)
+    assert summary == {"summary": "They said hello.", "summary_upto_message_id": ids[2]}
+    assert [m["content"] for m in after] == ["m3", "m4", "m5"] and found
+    stored = await chat_store.get_chat(pool, chat_id, user_id=None)
+    assert stored is not None and stored["summary"] == "They said hello."
+    assert await chat_store.set_summary(pool, chat_id, "All of it.", ids[-1], ids[2])
+    assert (await chat_store.unsummarised(pool, chat_id))[1:] == ([], True)
+    # A summary up to a message not on the branch hides none of this chat's messages.
+    assert await chat_store.set_summary(pool, chat_id, "Elsewhere.", uuid.uuid4(), ids[-1])
+    _, after, found = await chat_store.unsummarised(pool, chat_id)
+    assert len(after) == 6 and not found
     assert not await chat_store.set_summary(pool, uuid.uuid4(), "nobody", ids[2])
 
 
