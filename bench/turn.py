@@ -305,7 +305,8 @@ class RoundTrips:
 class PostgresCpu:
     """CPU seconds of the Postgres server, all its processes (the postmaster, the connections'
     backends, the background workers, and those that ended), when it runs on this machine: it
-    shares the cores with the server, so statements the server sends cost there too."""
+    shares the cores with the server, so statements the server sends cost there too. The kernel
+    counts it in clock ticks (10 ms): a figure for a phase of many messages, not for one."""
 
     def __init__(self, postmaster: psutil.Process | None) -> None:
         self.postmaster = postmaster

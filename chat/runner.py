@@ -31,6 +31,7 @@ from chat.user_errors import reply_failed
 from core import chat_store, tracing
 from core.preferences import with_defaults
 from core.services import Services
+from core.turn_store import NewTurn
 
 log = logging.getLogger("resolveai.chat")
 
@@ -61,6 +62,7 @@ class Turn:
     new_chat: dict[str, Any] | None = None
     mode: str = "chat"  # or "research": a cited report from several searches
     released: bool = False  # the chat's claim given back (a database fault can prevent it)
+    recorded: bool = False  # the turn's row written already, with the question it answers
     # The `done` event, once the reply is saved complete: emitted by the graph, or made here when
     # an ending (a Stop, a failure) came after the save's commit but before the graph emitted it.
     done: dict[str, Any] | None = None
@@ -103,6 +105,7 @@ async def start_turn(
     run_id = uuid.uuid4()
     new_chat = None
     continues = None
+    recorded = False
     lease = services.settings.chat_lease_seconds  # renewed by chat/turn_jobs.py
     if chat_id is None:
         # Chat, claim and first message in one statement: nothing is left half-made if the
@@ -131,7 +134,11 @@ async def start_turn(
                         f"No reply with id {resume} to continue in this chat: only the last"
                         " reply, stopped or failed with some text written, can be continued."
                     )
-            message = await _question(pool, chat_id, content, regenerate, edit, continues)
+            # A new question records its turn with it, so what the turn does is known now.
+            use_web = _searches_web(use_web, claimed["preferences"])
+            message, recorded = await _question(
+                pool, chat_id, content, regenerate, edit, continues, NewTurn(run_id, use_web, mode)
+            )
         except BaseException:
             await chat_store.release_chat_run(pool, chat_id, run_id)
             raise
@@ -164,10 +171,14 @@ async def start_turn(
         tools_off=frozenset(preferences["disabled_tools"]),
         wake_memory=wake_memory or (lambda: None),
     )
-    # Web search switched off in Settings: a ticked "Use web tool" (or a message first sent with it,
-    # answered again) does not ask the model for a tool it is not offered.
-    use_web = use_web and "web_search" not in context.tools_off
-    return Turn(context, run_id, content, use_web, new_chat, mode=mode)
+    use_web = _searches_web(use_web, claimed["preferences"])
+    return Turn(context, run_id, content, use_web, new_chat, mode=mode, recorded=recorded)
+
+
+def _searches_web(use_web: bool, preferences: dict[str, Any] | None) -> bool:
+    """Web search switched off in Settings: a ticked "Use web tool" (or a message first sent with
+    it, answered again) does not ask the model for a tool it is not offered."""
+    return use_web and "web_search" not in with_defaults(preferences)["disabled_tools"]
 
 
 async def _question(
@@ -176,26 +187,29 @@ async def _question(
     content: str,
     regenerate: uuid.UUID | None,
     edit: uuid.UUID | None,
-    continues: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The user message this turn answers, saved (or, for a regenerate or a continue, found)."""
+    continues: dict[str, Any] | None,
+    turn: NewTurn,
+) -> tuple[dict[str, Any], bool]:
+    """The user message this turn answers, saved (or, for a regenerate or a continue, found), and
+    whether `turn` was recorded with it (a question saved now)."""
     if continues is not None:
         message = await chat_store.get_message(pool, chat_id, continues["reply_to"])
         if message is None:
             raise MessageNotFound("The question of this reply is gone")
-        return message
+        return message, False
     if regenerate is not None:
         message = await chat_store.reanswer(pool, chat_id, regenerate)
         if message is None:
             raise MessageNotFound(f"No message with id {regenerate} in this chat")
-        return message
+        return message, False
     parent: Any = chat_store.HEAD
     if edit is not None:
         original = await chat_store.get_message(pool, chat_id, edit)
         if original is None or original["role"] != "user":
             raise MessageNotFound(f"No message of yours with id {edit} in this chat")
         parent = original["parent_id"]  # a sibling: another version of that question
-    return await chat_store.add_message(pool, chat_id, "user", content, parent=parent)
+    message = await chat_store.add_message(pool, chat_id, "user", content, parent=parent, turn=turn)
+    return message, True
 
 
 async def stream_turn(turn: Turn) -> AsyncIterator[dict[str, Any]]:

@@ -217,14 +217,15 @@ class TurnJobs:
         context = turn.context
         pool = context.services.database.pool
         try:
-            await turn_store.create_turn(
-                pool,
-                turn.run_id,
-                context.chat_id,
-                context.user_message_id,
-                turn.use_web,
-                turn.mode,
-            )
+            if not turn.recorded:  # (a new question's turn is recorded with it)
+                await turn_store.create_turn(
+                    pool,
+                    turn.run_id,
+                    context.chat_id,
+                    context.user_message_id,
+                    turn.use_web,
+                    turn.mode,
+                )
         except BaseException:
             with contextlib.suppress(Exception):  # else the chat waits for its lease to run out
                 await chat_store.release_chat_run(pool, context.chat_id, turn.run_id)

@@ -29,6 +29,7 @@ from core.accounts import LOCAL_USER_ID
 from core.document_store import has_documents_sql
 from core.preferences import preferences_sql
 from core.statements import Db, fetch_all, fetch_one
+from core.turn_store import NewTurn
 
 DEFAULT_TITLE = "New chat"
 ROLES = ("user", "assistant")
@@ -310,6 +311,7 @@ async def add_message(
     parent: uuid.UUID | str | None = HEAD,
     model: str | None = None,
     notes: list[str] | None = None,
+    turn: NewTurn | None = None,
 ) -> dict[str, Any]:
     """Add a message and mark the chat as just used; raises `ChatNotFound`. `memory_ids`: the
     memories recalled or retrieved for an assistant reply; `model`: the LiteLLM model that wrote
@@ -321,7 +323,8 @@ async def add_message(
     the chat's head; a reply too if its question is the head (another branch may be shown).
 
     `run_id` (the turn writing a reply) makes it the one reply of that turn: a reply the turn
-    saved before is replaced, unless it is complete, which then stays and is returned."""
+    saved before is replaced, unless it is complete, which then stays and is returned. `turn`
+    (for a user message): the turn that answers it, recorded by the same statement."""
     _check_choice(role, ROLES, "role")
     _check_choice(status, STATUSES, "status")
     if reply_to is not None:
@@ -350,8 +353,10 @@ async def add_message(
             "  WHEN added.role = 'user' OR c.head_id IS NOT DISTINCT FROM added.parent_id"
             "  THEN added.message_id ELSE c.head_id END"
             "  FROM added WHERE c.chat_id = added.chat_id)"
-            " SELECT * FROM added",
+            + (f", turn AS ({turn.insert_sql('added')})" if turn else "")
+            + " SELECT * FROM added",
             {
+                **(turn.params() if turn else {}),
                 "chat": chat_id,
                 "role": role,
                 "content": content,

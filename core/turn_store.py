@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -17,6 +18,27 @@ from core.statements import Db, execute, fetch_all, fetch_one
 
 # Events that end a turn's stream: the reply saved (done), failed (error), or stopped.
 FINAL_EVENTS = ("done", "error", "interrupted")
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """A turn to record with the question it answers, by the statement that saves the question
+    (`chat_store.add_message(turn=…)`): one round trip less per message."""
+
+    run_id: uuid.UUID
+    use_web: bool = False
+    mode: str = "chat"
+
+    def insert_sql(self, source: str) -> str:
+        """An INSERT of this turn for the message of `source` (a CTE with chat_id, message_id),
+        its parameters from `params`."""
+        return (
+            "INSERT INTO turns (run_id, chat_id, user_message_id, use_web, mode)"
+            f" SELECT %(turn_run)s, chat_id, message_id, %(turn_web)s, %(turn_mode)s FROM {source}"
+        )
+
+    def params(self) -> dict[str, Any]:
+        return {"turn_run": self.run_id, "turn_web": self.use_web, "turn_mode": self.mode}
 
 
 async def create_turn(

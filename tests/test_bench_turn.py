@@ -68,14 +68,22 @@ async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Servi
         # Some writes are periodic (the event log every 0.1 s while events wait, the stop flag
         # every 0.5 s), so a turn slowed by a loaded machine makes more: 28 seen at load 4.
         assert 5 <= phase.round_trips_per_turn <= 40
-        # The session's Postgres runs on this machine: its CPU is counted, and statements cost.
-        assert phase.postgres_cpu_ms_per_turn > 0
+        # The session's Postgres runs on this machine: its CPU is counted (in clock ticks of
+        # 10 ms, so a phase of a few messages may show none), and statements cost some.
+        assert phase.postgres_cpu >= 0
+    assert (
+        sum(p.postgres_cpu for p in report.of("resolveai") + report.of("resolveai + embeddings"))
+        > 0
+    )
     # One message, the work it leaves behind included (the breakdown takes the fewest of three):
-    # claim, save the question, create the turn, read the summary and history, release, finish
-    # the turn; the memory job's claim, its message (with the user's preferences) and its finish
-    # (which says no other job waits). The app adds a usage row per model call; these services
-    # record none. A new round trip here is a cost every message pays.
-    assert 5 <= sum(report.breakdown.values()) <= 9
+    # claim, save the question with its turn, read the summary and history, release, finish the
+    # turn; the memory job's claim, its message (with the user's preferences) and its finish
+    # (which says no other job waits). Then a usage row per model call (the reply, the
+    # extraction), when the recorder runs (the app starts it; a test before this one may have).
+    # A new round trip here is a cost every message pays.
+    usage = sum(n for label, n in report.breakdown.items() if "model_calls." in label)
+    assert usage in (0, 2)
+    assert 5 <= sum(report.breakdown.values()) - usage <= 8
     assert any("add_message" in label for label in report.breakdown)
 
     # The embeddings phase embeds; the table shows every row.

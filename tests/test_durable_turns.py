@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import psutil
+import psycopg
 import psycopg_pool
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -200,6 +201,28 @@ async def test_another_server_follows_and_stops_a_reply(client, second_server, m
     saved = await messages_of(client, chat_id)
     assert saved[1]["status"] == "interrupted"
     assert saved[1]["content"] == head + text_of(followed)
+
+
+async def test_a_question_and_its_turn_are_saved_by_one_statement(chat_services) -> None:
+    pool = chat_services.database.pool
+    chat = await chat_store.create_chat(pool, "one statement")
+    run_id = uuid.uuid4()
+    turn = turn_store.NewTurn(run_id, use_web=True, mode="research")
+    question = await chat_store.add_message(pool, chat["chat_id"], "user", "Why?", turn=turn)
+    latest = await turn_store.latest_turn(pool, chat["chat_id"])
+    assert latest is not None and latest["run_id"] == run_id
+    assert latest["user_message_id"] == question["message_id"]
+    assert (latest["use_web"], latest["mode"]) == (True, "research")
+    assert latest["finished_at"] is None
+
+    # Both or neither: a turn the database refuses (its id taken) leaves no question behind.
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        await chat_store.add_message(pool, chat["chat_id"], "user", "Again?", turn=turn)
+    assert [m["content"] for m in await chat_store.list_messages(pool, chat["chat_id"])] == ["Why?"]
+    with pytest.raises(chat_store.ChatNotFound):
+        await chat_store.add_message(
+            pool, uuid.uuid4(), "user", "Anyone?", turn=turn_store.NewTurn(uuid.uuid4())
+        )
 
 
 async def test_a_reply_whose_server_died_is_recovered_from_its_events(
