@@ -47,13 +47,11 @@ _HEAD = (
     " (SELECT l.message_id FROM messages AS l WHERE l.chat_id = c.chat_id"
     "  ORDER BY l.sent_at DESC, l.message_id DESC LIMIT 1))"
 )
-# The branch shown: from the head up to the root (`depth` 0 is the head), or up to and including
-# %(stop)s when that message is on it.
 
 
 def _branch_sql(stop: str) -> str:
-    """`branch`: the messages of chat %(chat)s's branch shown, from its head back to the message
-    `stop` (an SQL expression) names, that one included, or to the first."""
+    """`branch`: the branch of chat %(chat)s shown, from its head (`depth` 0) up to the root, or
+    up to and including the message `stop` (an SQL expression) names when it is on it."""
     return (
         "branch AS ("
         f" SELECT m.*, 0 AS depth FROM chats AS c JOIN messages AS m ON m.message_id = {_HEAD}"
@@ -65,7 +63,7 @@ def _branch_sql(stop: str) -> str:
     )
 
 
-_BRANCH = f"WITH RECURSIVE {_branch_sql('%(stop)s::uuid')}"
+_BRANCH = f"WITH RECURSIVE {_branch_sql('%(stop)s::uuid')}"  # up to %(stop)s
 _BRANCH_COLUMNS = ", ".join(f"b.{name}" for name in _MESSAGE_COLUMNS.split(", "))
 HEAD = "head"  # add_message(parent=HEAD): after the chat's head, where a new message goes
 

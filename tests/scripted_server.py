@@ -6,8 +6,12 @@ MODELS_CONFIG=tests/models.scripted.yaml.
 
 from __future__ import annotations
 
+import asyncio
+import faulthandler
 import os
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from core.llm_router import register_provider
@@ -23,7 +27,21 @@ def reply(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"text": " ".join(f"word{i}" for i in range(WORDS)), "delay": DELAY}
 
 
+def dump_state(signum: int, frame: FrameType | None) -> None:
+    """SIGUSR1: every thread's stack and every asyncio task's, to the log (a test whose server
+    does not exit asks it what it is waiting for)."""
+    faulthandler.dump_traceback(all_threads=True)
+    try:
+        tasks = asyncio.all_tasks(asyncio.get_running_loop())
+    except RuntimeError:  # no loop running (yet, or any more)
+        return
+    for task in tasks:
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
+
+
 def main() -> int:
+    signal.signal(signal.SIGUSR1, dump_state)
     provider = ScriptedProvider()
     provider.responder = reply
     register_provider("scripted", provider)

@@ -207,6 +207,7 @@ async def test_a_question_and_its_turn_are_saved_by_one_statement(chat_services)
     pool = chat_services.database.pool
     chat = await chat_store.create_chat(pool, "one statement")
     run_id = uuid.uuid4()
+    assert await chat_store.claim_chat_run(pool, chat["chat_id"], run_id, 60, user_id=None)
     turn = turn_store.NewTurn(run_id, use_web=True, mode="research")
     question = await chat_store.add_message(pool, chat["chat_id"], "user", "Why?", turn=turn)
     latest = await turn_store.latest_turn(pool, chat["chat_id"])
@@ -223,6 +224,9 @@ async def test_a_question_and_its_turn_are_saved_by_one_statement(chat_services)
         await chat_store.add_message(
             pool, uuid.uuid4(), "user", "Anyone?", turn=turn_store.NewTurn(uuid.uuid4())
         )
+    # Ended, as its job would end it: no unfinished turn is left for recovery to find.
+    await turn_store.finish_turn(pool, run_id)
+    await chat_store.release_chat_run(pool, chat["chat_id"], run_id)
 
 
 async def test_a_reply_whose_server_died_is_recovered_from_its_events(

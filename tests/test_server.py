@@ -81,6 +81,18 @@ class RunningServer:
             time.sleep(0.3)
         raise AssertionError(f"server not healthy in {START_TIMEOUT} s:\n{self.output()}")
 
+    def wait_exit(self, seconds: float) -> int:
+        """The exit code, once the process has exited; if it has not within `seconds`, a failure
+        with its log, and in it what the scripted server was waiting for (its SIGUSR1 dump)."""
+        try:
+            return self.process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(
+                f"the server did not exit within {seconds:g} s:\n{self.output()[-20000:]}"
+            ) from None
+
     def stop(self) -> int:
         """SIGTERM, as a service manager would; uvicorn shuts down, then re-raises the signal."""
         if self.process.poll() is None:
@@ -349,7 +361,7 @@ def test_sigterm_lets_the_replies_being_written_finish_within_the_grace(
                 server.process.send_signal(signal.SIGTERM)
     chats.append(next(e["chat_id"] for e in events if "chat_id" in e))
     assert events[-1]["type"] != "done"
-    server.process.wait(60)
+    server.wait_exit(60)
     log = server.output()
     assert "Shutting down: waiting up to 30 s for 2 replies" in log
     assert log.count("reply saved") == 2
@@ -385,7 +397,7 @@ def test_sigterm_saves_a_reply_longer_than_the_grace_as_interrupted(
                         server.process.send_signal(signal.SIGTERM)
         except httpx.RemoteProtocolError:
             pass  # the grace ran out: the server closed the stream
-    server.process.wait(60)  # about 2 s of grace at most, not the reply's 20 s
+    server.wait_exit(60)  # about 2 s of grace at most, not the reply's 20 s
 
     again = start_server(data, SCRIPTED_SERVER, **scripted(400))
     again.wait_healthy()
