@@ -75,15 +75,14 @@ async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Servi
         sum(p.postgres_cpu for p in report.of("resolveai") + report.of("resolveai + embeddings"))
         > 0
     )
-    # One message, the work it leaves behind included (the breakdown takes the fewest of three):
-    # claim, save the question with its turn, read the summary and history, release, finish the
-    # turn; the memory job's claim, its message (with the user's preferences) and its finish
-    # (which says no other job waits). Then a usage row per model call (the reply, the
-    # extraction), when the recorder runs (the app starts it; a test before this one may have).
-    # A new round trip here is a cost every message pays.
-    usage = sum(n for label, n in report.breakdown.items() if "model_calls." in label)
-    assert usage in (0, 2)
-    assert 5 <= sum(report.breakdown.values()) - usage <= 8
+    # One message, the work it leaves behind included (the breakdown takes the fewest of three).
+    # What needs no statement of its own: the turn row (saved with the question), the chat row
+    # (read with the history), the user's preferences (read by the claim and by the memory job).
+    # Then a usage row per model call, when the recorder runs (the app starts it; a test before
+    # this one may have), and a summary fold when one is due (its own read of the history).
+    assert 5 <= sum(report.breakdown.values()) <= 25
+    separate = ("turn_store.create_turn", "chat_store.get_chat", "preferences.get_preferences")
+    assert not [label for label in report.breakdown if any(name in label for name in separate)]
     assert any("add_message" in label for label in report.breakdown)
 
     # The embeddings phase embeds; the table shows every row.
