@@ -1,8 +1,12 @@
 """Automatic recall: the memories that fit the user's message, found before the first model call.
 
-Every model gets them, with or without memory tools: the hybrid search of core/memory_search.py
-with the user's words, current memories only (superseded ones too when the question is about the
-past), at most `RECALL_LIMIT` above the relevance floor and `RECALL_CHARS` in all. A message of
+Every model gets them, with or without memory tools. A user with only a few memories (at most
+`RECALL_LIMIT`, `RECALL_CHARS` in all) gets them all with every message, as ChatGPT gives its saved
+memories: they are the user's profile, and the one that matters is often nothing like the question
+("What should I avoid eating?" is 0.24 from "The user is allergic to peanuts.", with no word in
+common). Past that, the hybrid search of core/memory_search.py with the user's words finds
+them: at most `RECALL_LIMIT` above the relevance floor and `RECALL_CHARS` in all. Either way,
+current memories only (superseded ones too when the question is about the past). A message of
 several clauses ("Where do I work, and how many children do I have?") is searched clause by clause
 too: the whole message's meaning lies between its parts' facts and may reach none of them. They
 are noted on the turn (saved with the reply: "Used 2 memories") and announced to the browser with
@@ -19,7 +23,7 @@ from typing import Any
 
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
-from core.memory_search import RetrievedMemory, retrieve_memories
+from core.memory_search import RetrievedMemory, few_memories, retrieve_memories
 from core.tracing import traced
 
 log = logging.getLogger("resolveai.memory")
@@ -77,23 +81,29 @@ async def recall_memories(turn: TurnContext, text: str) -> list[str]:
     if turn.memory == "off" or not text.strip():
         return []
     started = time.perf_counter()
+    pool, past = turn.services.database.pool, about_the_past(text)
     try:
-        searches = [text, *clauses(text)]
-        found = _interleaved(
-            await asyncio.gather(
-                *(
-                    retrieve_memories(
-                        turn.services.database.pool,
-                        turn.services.embedder,
-                        query,
-                        user_id=turn.user_id,
-                        limit=RECALL_LIMIT,
-                        include_superseded=about_the_past(text),
+        found = await few_memories(
+            pool, user_id=turn.user_id, limit=RECALL_LIMIT, chars=RECALL_CHARS,
+            include_superseded=past,
+        )  # fmt: skip
+        if found is None:
+            searches = [text, *clauses(text)]
+            found = _interleaved(
+                await asyncio.gather(
+                    *(
+                        retrieve_memories(
+                            pool,
+                            turn.services.embedder,
+                            query,
+                            user_id=turn.user_id,
+                            limit=RECALL_LIMIT,
+                            include_superseded=past,
+                        )
+                        for query in searches
                     )
-                    for query in searches
                 )
-            )
-        )[:RECALL_LIMIT]
+            )[:RECALL_LIMIT]
     except Exception as error:  # a reply without memories beats no reply
         log.warning("Memory: recall failed, answering without it (%s: %s)",
                     type(error).__name__, error)  # fmt: skip

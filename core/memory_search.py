@@ -6,6 +6,7 @@ their best candidates, every candidate is scored on both (cosine similarity, and
 words it shares with the query), and a relevance test leaves out what is neither close in meaning
 nor a strong word match, so an unrelated query gets nothing rather than noise. Only current
 memories are searched unless the caller asks for superseded ones too (a question about the past).
+`few_memories` is the shortcut before it: all of a user's memories, when they are few.
 Writing memories is core/memory_store.py's job.
 
 Measured with `python -m evals memory-retrieval` (LoCoMo turns as memories, 498 questions; the
@@ -18,11 +19,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from core.memory_store import ITERATIVE_SCAN_SQL, MEMORY_COLUMNS, QueryEmbedder, check_embedding
+from core.statements import fetch_all
 
 # Both thresholds are cosine similarities (1 - pgvector's `<=>` distance) of all-MiniLM-L6-v2
 # vectors, measured by `python -m evals.memory_thresholds` (re-run it after changing the embedder).
@@ -107,7 +110,9 @@ class RetrievedMemory:
     memory_id: uuid.UUID
     content: str
     quote: str  # the user's own words it was saved from
-    similarity: float  # cosine similarity to the query, 1 - pgvector's `<=>` distance
+    # Cosine similarity to the query, 1 - pgvector's `<=>` distance; None when not searched for
+    # (`few_memories`).
+    similarity: float | None
     created_at: datetime
     valid_to: datetime | None  # set when a later fact superseded it
 
@@ -221,14 +226,38 @@ async def retrieve_memories(
                 },
             )
         rows = await cur.fetchall()
-    return [
-        RetrievedMemory(
-            memory_id=row["memory_id"],
-            content=row["content"],
-            quote=row["quote"],
-            similarity=1.0 - float(row["distance"]),
-            created_at=row["created_at"],
-            valid_to=row["valid_to"],
-        )
-        for row in rows
-    ]
+    return [_retrieved(row, 1.0 - float(row["distance"])) for row in rows]
+
+
+async def few_memories(
+    pool: AsyncConnectionPool,
+    *,
+    user_id: uuid.UUID,
+    limit: int,
+    chars: int,
+    include_superseded: bool = False,
+) -> list[RetrievedMemory] | None:
+    """All the user's current memories (superseded ones too if `include_superseded`), oldest
+    first, when there are at most `limit` of them and `chars` characters in all; None when there
+    are more. One statement, no embedding."""
+    rows = await fetch_all(
+        pool,
+        f"SELECT {MEMORY_COLUMNS} FROM memories"
+        " WHERE user_id = %(user)s AND (%(history)s OR valid_to IS NULL)"
+        " ORDER BY created_at, memory_id LIMIT %(over)s",
+        {"user": user_id, "history": include_superseded, "over": limit + 1},
+    )
+    if len(rows) > limit or sum(len(row["content"]) for row in rows) > chars:
+        return None
+    return [_retrieved(row, None) for row in rows]
+
+
+def _retrieved(row: dict[str, Any], similarity: float | None) -> RetrievedMemory:
+    return RetrievedMemory(
+        memory_id=row["memory_id"],
+        content=row["content"],
+        quote=row["quote"],
+        similarity=similarity,
+        created_at=row["created_at"],
+        valid_to=row["valid_to"],
+    )

@@ -50,7 +50,9 @@ async def chat_services(settings: Settings, database: Database) -> AsyncIterator
 
 @pytest.fixture
 async def empty(chat_services: Services) -> None:
-    """Start from no memory and no pending job, memory not paused."""
+    """Start from no memory and no pending job, memory not paused. An extraction the test before
+    left running is waited for: it would take this test's scripted answers."""
+    await extractions_done(chat_services)
     async with chat_services.database.pool.connection() as conn:
         await conn.execute("TRUNCATE memories, memory_jobs, preferences")
 
@@ -268,6 +270,54 @@ async def test_a_message_asking_two_things_recalls_the_facts_of_each(
     await send(client, "Where do I work, and how many children do I have?")
     recalled = last_prompt(model).split("</memories>")[0]
     assert "works as a baker in Porto" in recalled and "has two daughters" in recalled
+    await extractions_done(chat_services)
+
+
+async def test_a_few_memories_are_all_given_whatever_the_question(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """Seen in a keyless trial: a new chat's "What should I avoid eating?" was answered without
+    the user's peanut allergy (cosine 0.24, under the floor, no shared word). A handful of facts
+    is the user's profile, given with every question, as ChatGPT gives its saved memories."""
+    model.push({"text": "Nice to meet you, Dana!"})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user's name is Dana.", "sentences": [1]},
+            {"op": "add", "fact": "The user is allergic to peanuts.", "sentences": [2]},
+        ),
+    )
+    await send(client, "I'm Dana. I'm allergic to peanuts.")
+    await extractions_done(chat_services)
+    model.push({"text": "Anything without peanuts."})
+    events = await send(client, "What should I avoid eating?")
+    recalled = last_prompt(model).split("</memories>")[0]
+    assert "allergic to peanuts" in recalled and "name is Dana" in recalled
+    used = next(e for e in events if e["type"] == "memories")["memories"]
+    assert sorted(m["content"] for m in used) == [
+        "The user is allergic to peanuts.", "The user's name is Dana.",
+    ]  # fmt: skip
+    await extractions_done(chat_services)
+
+
+async def test_past_a_few_memories_only_those_that_fit_the_question_are_given(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    facts = [
+        "The user lives in Lisbon.", "The user plays the piano.", "The user has two daughters.",
+        "The user drives a red car.", "The user works as a baker.", "The user's name is Dana.",
+    ]  # fmt: skip
+    model.push({"text": "Noted."})
+    adds = [{"op": "add", "fact": fact, "sentences": [n]} for n, fact in enumerate(facts, 1)]
+    model.push_for("memory", ops(*adds))
+    await send(client, "I live in Lisbon. I play the piano. I have two daughters. I drive a red"
+                       " car. I work as a baker. My name is Dana.")  # fmt: skip
+    await extractions_done(chat_services)
+    assert len(await memories(client)) == len(facts)
+    model.push({"text": "In Lisbon."})
+    await send(client, "Where do I live?")
+    recalled = last_prompt(model).split("</memories>")[0]
+    assert "lives in Lisbon" in recalled and "piano" not in recalled and "red car" not in recalled
     await extractions_done(chat_services)
 
 
