@@ -1,7 +1,7 @@
 """Per-turn server overhead: what one chat message costs the server beyond what any server pays.
 
     python -m bench.turn [--clients 1,10,50] [--turns 20] [--rounds 3] [--think 0]
-                         [--side-turns 5] [--no-local]
+                         [--memories 20] [--side-turns 5] [--no-local]
     python -m bench.turn --tiny        # smoke-check size: 1 and 2 clients, 3 messages, 1 round
 
 What runs: the real app (`server.create_app`) on uvicorn in this process's event loop, on the real
@@ -11,7 +11,9 @@ by word with no delay, so whatever time a turn takes is the server's. The client
 subprocess (`bench/turn_client.py`, httpx), so their work never runs on the loop being measured.
 Each client sends its messages (each text made distinct by a number at its end, so no turn reuses
 another's vectors) one after another in a chat of its own, the next as soon as a reply has ended
-(or `--think` seconds later, like a person reading it), and the server folds the chat's older
+(or `--think` seconds later, like a person reading it). The user has `--memories` memories (a
+returning user's: more than a few, so each message is embedded to search them; with 5 or fewer
+all are given without a search, chat/memory_recall.py), and the server folds the chat's older
 messages into its summary as it does for real: 10 at a time once 20 are unsummarised, after
 the reply's stream has ended (`chat/summary.py`); a phase waits for those folds, as for the memory
 extractions, so their work counts in the phase that caused it. With no think time the clients
@@ -32,7 +34,9 @@ runs on this machine: it shares the cores), and:
 - DB round trips per turn: every request/response exchange psycopg has with Postgres (statements,
   BEGIN, COMMIT, ROLLBACK, the pool's check of a connection on checkout), counted by wrapping
   psycopg's `execute` generator for the whole process while the bench runs, divided by the
-  phase's messages. A table also shows where the round trips of one message come from.
+  phase's messages (pipelined statements, like a memory search's, are not counted: 1-2 more per
+  message with `--memories` over 5). A table also shows where the round trips of one message
+  come from.
 - Event-loop lag: a task in the server's loop sleeps 5 ms again and again and records how late it
   wakes up; the largest delay is the longest stall of the loop (p99 shown too). Also shown: the
   longest part of a delay that the loop's thread spent on CPU (running a callback too long: a
@@ -85,7 +89,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from bench.turn_client import MESSAGE
 from chat import summary
 from chat.memory_worker import MemoryWorker
-from core import memory_jobs
+from core import memory_jobs, memory_store
 from core.config import PROJECT_ROOT, load_settings
 from core.llm_router import provider_handler, register_provider
 from core.logs import configure_logging
@@ -267,8 +271,10 @@ class RoundTrips:
     """Counts psycopg's request/response exchanges with Postgres (see the module docstring).
 
     psycopg runs every exchange (send, then read every result) through `psycopg.generators.execute`;
-    `install()` wraps it where psycopg looks it up. With `labelled`, each exchange is also tallied
-    by kind and by the project functions that caused it (from the call stack: slow, for one turn).
+    `install()` wraps it where psycopg looks it up. A pipeline's exchanges (a memory search sends
+    its settings and query together) take another path and are not counted. With `labelled`, each
+    exchange is also tallied by kind and by the project functions that caused it (from the call
+    stack: slow, for one turn).
     """
 
     def __init__(self) -> None:
@@ -523,6 +529,7 @@ class Options:
     turns: int = 20  # messages per client
     rounds: int = 3
     think: float = 0.0  # seconds a client waits after a reply before its next message
+    memories: int = 20  # the user's memories when the phases start
     memory_clients: int = TARGET_CLIENTS
     side_turns: int = 5  # messages per client in the embeddings and local-model phases (one round)
     local: bool = True
@@ -634,6 +641,7 @@ class Bench:
         self.round_trips.install()
         self.gc_pauses.install()
         self.postgres = await PostgresCpu.find(self.services)
+        await self.remember(options.memories)
         self.probe.start()
         self.client = await ClientProcess.start()
         from chat import queue_worker
@@ -672,6 +680,17 @@ class Bench:
             self.gc_pauses.uninstall()
             self.provider.reset()
         return report
+
+    async def remember(self, count: int) -> None:
+        """Give the user `count` memories (each text its own evidence, as the evals load theirs)."""
+        facts = [f"The user's locker at the gym is number {n}." for n in range(count)]
+        if not facts:
+            return
+        vectors = await self.services.embedder.embed_documents(facts)
+        for fact, vector in zip(facts, vectors, strict=True):
+            await memory_store.add_memory(
+                self.services.database.pool, fact, vector, self.services.embedder.model_name
+            )
 
     async def memory_phase(self, report: Report, url: str, options: Options) -> None:
         """Messages whose model saves or looks up a memory: the embedder runs once per message."""
@@ -975,6 +994,9 @@ def main() -> None:
         "--side-turns", type=int, default=5,
         help="messages per client in the embeddings and local-model phases",
     )  # fmt: skip
+    parser.add_argument(
+        "--memories", type=int, default=20, help="the user's memories (5 or fewer: no search)"
+    )
     parser.add_argument("--no-local", action="store_true", help="skip the local model phase")
     parser.add_argument("--tiny", action="store_true", help="smoke-check size")
     args = parser.parse_args()
@@ -984,7 +1006,7 @@ def main() -> None:
     else:
         clients = [int(c) for c in args.clients.split(",") if c.strip()]
         options = Options(clients=clients, turns=args.turns, rounds=args.rounds, think=args.think,
-                          memory_clients=min(TARGET_CLIENTS, max(clients)),
+                          memories=args.memories, memory_clients=min(TARGET_CLIENTS, max(clients)),
                           side_turns=args.side_turns, local=not args.no_local,
                           local_clients=min(TARGET_CLIENTS, max(clients)))  # fmt: skip
     asyncio.run(_main(options))

@@ -406,4 +406,6 @@ def test_without_accounts_the_server_refuses_an_address_others_can_reach(tmp_pat
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 and "AUTH_MODE=none: refusing to serve on 0.0.0.0" in lines[0], output
     code, output = run_server_expecting_failure(tmp_path, AUTH_MODE="password")
-    assert code != 0 and "no account exists yet: set ADMIN_USERNAME and ADMIN_PASSWORD" in output
+    assert code != 0 and "no account exists yet: set ADMIN_USERNAME and ADMIN_PASSWORD" in output, (
+        output
+    )
