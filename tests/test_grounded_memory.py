@@ -84,6 +84,29 @@ async def memories(client: httpx.AsyncClient, **params: Any) -> list[dict[str, A
     return response.json()["memories"]
 
 
+async def tell(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    services: Services,
+    message: str,
+    *operations: dict[str, Any],
+) -> None:
+    """The user says `message` in a new chat; the scripted extraction finds `operations` in it."""
+    model.push({"text": "Noted."})
+    model.push_for("memory", ops(*operations))
+    await send(client, message)
+    await extractions_done(services)
+
+
+async def ask(
+    client: httpx.AsyncClient, model: ScriptedProvider, question: str
+) -> tuple[str, list[dict[str, Any]]]:
+    """`question` in a new chat: the memories the chat model was given with it, and the events."""
+    model.push({"text": "From what you told me: …"})
+    events = await send(client, question)
+    return last_prompt(model).split("</memories>")[0], events
+
+
 def last_prompt(model: ScriptedProvider) -> str:
     """What the chat model was last shown as the user's message."""
     return model.calls[-1]["messages"][-1]["content"]
@@ -255,20 +278,13 @@ async def test_a_message_asking_two_things_recalls_the_facts_of_each(
     """Seen in a keyless trial: the whole message's meaning lies between its two facts and near
     neither (cosine 0.12 and 0.32, under the floor of 0.35), and its words are too many for either
     fact's to count; asked one at a time, each is found."""
-    model.push({"text": "Nice to meet you, Sam!"})
-    model.push_for(
-        "memory",
-        ops(
-            {"op": "add", "fact": "The user works as a baker in Porto.", "sentences": [1]},
-            {"op": "add", "fact": "The user has two daughters.", "sentences": [1]},
-        ),
-    )
-    await send(client, "I work as a baker in Porto and I have two daughters.")
-    await extractions_done(chat_services)
+    await tell(
+        client, model, chat_services, "I work as a baker in Porto and I have two daughters.",
+        {"op": "add", "fact": "The user works as a baker in Porto.", "sentences": [1]},
+        {"op": "add", "fact": "The user has two daughters.", "sentences": [1]},
+    )  # fmt: skip
     assert len(await memories(client)) == 2
-    model.push({"text": "From what you told me: …"})
-    await send(client, "Where do I work, and how many children do I have?")
-    recalled = last_prompt(model).split("</memories>")[0]
+    recalled, _ = await ask(client, model, "Where do I work, and how many children do I have?")
     assert "works as a baker in Porto" in recalled and "has two daughters" in recalled
     await extractions_done(chat_services)
 
@@ -279,19 +295,12 @@ async def test_a_few_memories_are_all_given_whatever_the_question(
     """Seen in a keyless trial: a new chat's "What should I avoid eating?" was answered without
     the user's peanut allergy (cosine 0.24, under the floor, no shared word). A handful of facts
     is the user's profile, given with every question, as ChatGPT gives its saved memories."""
-    model.push({"text": "Nice to meet you, Dana!"})
-    model.push_for(
-        "memory",
-        ops(
-            {"op": "add", "fact": "The user's name is Dana.", "sentences": [1]},
-            {"op": "add", "fact": "The user is allergic to peanuts.", "sentences": [2]},
-        ),
-    )
-    await send(client, "I'm Dana. I'm allergic to peanuts.")
-    await extractions_done(chat_services)
-    model.push({"text": "Anything without peanuts."})
-    events = await send(client, "What should I avoid eating?")
-    recalled = last_prompt(model).split("</memories>")[0]
+    await tell(
+        client, model, chat_services, "I'm Dana. I'm allergic to peanuts.",
+        {"op": "add", "fact": "The user's name is Dana.", "sentences": [1]},
+        {"op": "add", "fact": "The user is allergic to peanuts.", "sentences": [2]},
+    )  # fmt: skip
+    recalled, events = await ask(client, model, "What should I avoid eating?")
     assert "allergic to peanuts" in recalled and "name is Dana" in recalled
     used = next(e for e in events if e["type"] == "memories")["memories"]
     assert sorted(m["content"] for m in used) == [
@@ -307,16 +316,12 @@ async def test_past_a_few_memories_only_those_that_fit_the_question_are_given(
         "The user lives in Lisbon.", "The user plays the piano.", "The user has two daughters.",
         "The user drives a red car.", "The user works as a baker.", "The user's name is Dana.",
     ]  # fmt: skip
-    model.push({"text": "Noted."})
+    said = ("I live in Lisbon. I play the piano. I have two daughters. I drive a red car. I work"
+            " as a baker. My name is Dana.")  # fmt: skip
     adds = [{"op": "add", "fact": fact, "sentences": [n]} for n, fact in enumerate(facts, 1)]
-    model.push_for("memory", ops(*adds))
-    await send(client, "I live in Lisbon. I play the piano. I have two daughters. I drive a red"
-                       " car. I work as a baker. My name is Dana.")  # fmt: skip
-    await extractions_done(chat_services)
+    await tell(client, model, chat_services, said, *adds)
     assert len(await memories(client)) == len(facts)
-    model.push({"text": "In Lisbon."})
-    await send(client, "Where do I live?")
-    recalled = last_prompt(model).split("</memories>")[0]
+    recalled, _ = await ask(client, model, "Where do I live?")
     assert "lives in Lisbon" in recalled and "piano" not in recalled and "red car" not in recalled
     await extractions_done(chat_services)
 
