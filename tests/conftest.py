@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -30,6 +31,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from chat import summary, titles, turn_jobs
+from core import memory_jobs
 from core.config import PROJECT_ROOT, Settings, load_settings
 from core.db import Database, _configure_connection, migrate
 from core.llm_router import provider_handler, register_provider
@@ -209,6 +211,29 @@ async def model(chat_services: Services) -> AsyncIterator[ScriptedProvider]:
     await turn_jobs.settled()
     await summary.settled()
     await titles.settled()
+    await forget_memories(chat_services)
+
+
+async def extractions_done(services: Services) -> None:
+    """Wait until no memory extraction is queued or running."""
+    deadline = time.monotonic() + 30
+    while await memory_jobs.pending(services.database.pool):
+        assert time.monotonic() < deadline, "memory extraction did not finish"
+        await asyncio.sleep(0.05)
+
+
+async def forget_memories(services: Services) -> None:
+    """Drop every memory and memory job: a user with a few memories gets them all with every
+    message (chat/memory_recall.py), so what one test left would be in the next one's prompts.
+    An extraction still running gets a moment to end first; where no worker runs (the evals'
+    own services), the jobs wait for nobody and are dropped."""
+    for _ in range(40):
+        if not await memory_jobs.pending(services.database.pool):
+            break
+        await asyncio.sleep(0.05)
+    async with services.database.pool.connection() as conn:
+        await conn.execute("DELETE FROM memories")
+        await conn.execute("DELETE FROM memory_jobs")
 
 
 @pytest.fixture(scope="module")

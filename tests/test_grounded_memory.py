@@ -5,10 +5,8 @@ of its own)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,7 +31,7 @@ from core.grounding import (
 )
 from core.services import Services, open_services
 from tests.chat_client import send
-from tests.conftest import SCRIPTED_MODELS, new_database
+from tests.conftest import SCRIPTED_MODELS, extractions_done, new_database
 from tests.scripted_model import ScriptedProvider
 
 
@@ -69,13 +67,6 @@ def known_number(messages: list[dict[str, Any]], fragment: str) -> str:
         if match and fragment in match.group(2):
             return match.group(1)
     raise AssertionError(f"{fragment!r} not among the known facts:\n{messages[-1]['content']}")
-
-
-async def extractions_done(services: Services) -> None:
-    deadline = time.monotonic() + 30
-    while await memory_jobs.pending(services.database.pool):
-        assert time.monotonic() < deadline, "memory extraction did not finish"
-        await asyncio.sleep(0.05)
 
 
 async def memories(client: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:

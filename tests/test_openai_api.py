@@ -6,10 +6,8 @@ Memories are global to a database, so this module has a database of its own."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,13 +16,13 @@ import httpx
 import openai
 import pytest
 
-from core import accounts, chat_store, memory_jobs
+from core import accounts, chat_store
 from core.accounts import LOCAL_USER_ID
 from core.config import Settings
 from core.db import Database
 from core.services import Services, open_services
 from tests.chat_client import messages_of, password_services, serve
-from tests.conftest import SCRIPTED_MODELS, new_database
+from tests.conftest import SCRIPTED_MODELS, extractions_done, new_database
 from tests.scripted_model import ScriptedProvider
 
 CHAT_HEADER = "X-ResolveAI-Chat-Id"
@@ -62,13 +60,6 @@ def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
 def extension(item: Any) -> dict[str, Any]:
     """The `resolveai` extension field of an SDK object (kept by its models as an extra)."""
     return (item.model_extra or {})["resolveai"]
-
-
-async def extractions_done(services: Services) -> None:
-    deadline = time.monotonic() + 30
-    while await memory_jobs.pending(services.database.pool):
-        assert time.monotonic() < deadline, "memory extraction did not finish"
-        await asyncio.sleep(0.05)
 
 
 async def test_models_lists_resolveai(sdk: openai.AsyncOpenAI) -> None:

@@ -18,12 +18,10 @@ Memories are global to the install, so this module runs on a database of its own
 
 from __future__ import annotations
 
-import asyncio
 import html
 import json
 import random
 import re
-import time
 import unicodedata
 import uuid
 from collections.abc import AsyncIterator
@@ -34,7 +32,7 @@ import httpx
 import pytest
 
 from chat import summary
-from core import chat_store, memory_jobs, memory_store
+from core import chat_store, memory_store
 from core.config import Settings
 from core.db import Database
 from core.prompt_blocks import (
@@ -52,7 +50,7 @@ from core.prompts import (
 from core.services import Services, open_services
 from rag.search_providers import SearchResult, clean_results
 from tests.chat_client import send
-from tests.conftest import SCRIPTED_MODELS, new_database
+from tests.conftest import SCRIPTED_MODELS, extractions_done, new_database
 from tests.scripted_model import ScriptedProvider
 
 # --- reading our tags as a model may ----------------------------------------------------------
@@ -345,13 +343,6 @@ async def chat_services(settings: Settings, database: Database) -> AsyncIterator
         services.search_provider = PROVIDER
         yield services
         await services.close()
-
-
-async def extractions_done(services: Services) -> None:
-    deadline = time.monotonic() + 30
-    while await memory_jobs.pending(services.database.pool):
-        assert time.monotonic() < deadline, "memory extraction did not finish"
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
