@@ -9,6 +9,9 @@ operations constrained to `MEMORY_OPERATIONS_SCHEMA`:
 - `update`: the same fact made more precise (the memory keeps its id, its evidence moves here);
 - `supersede`: the user changed it (the old memory is closed, the new one current; both kept).
 
+An `update` or `supersede` naming a memory about something else (core/memory_store.py's `Unlike`)
+is stored as an `add`: a model that picked the wrong number cannot overwrite or close a fact.
+
 The quote of each fact is the exact span of the cited sentences, so it is the user's own words by
 construction, and core/memory_store.py checks it again before anything is written. Bad output
 writes nothing and logs one line; a fact the store refuses is dropped with one line.
@@ -185,7 +188,7 @@ async def _apply(
         if kind == "update":
             row = await memory_store.update_memory(
                 pool, embedder, target, user_id=message["user_id"], content=fact, quote=quote,
-                message_id=message_id,
+                message_id=message_id, only_if_like=True,
             )  # fmt: skip
             if row is not None:
                 result.updated.append(row)
@@ -195,6 +198,11 @@ async def _apply(
             pool, embedder, fact, quote, message_id,
             supersedes=target if kind == "supersede" else None,
         )  # fmt: skip
+    except memory_store.Unlike as error:
+        # The model named the wrong memory: the fact is still the user's, the memory stays.
+        log.info("Memory: %r is unlike the memory it names (%s), saved as a new one", fact, error)
+        await _apply(services, message, {**operation, "op": "add"}, known_ids, result)
+        return
     except (memory_store.NotGrounded, ValueError) as error:
         _refuse(result, fact, str(error))
         return

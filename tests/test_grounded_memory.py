@@ -356,6 +356,50 @@ async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_noth
     assert "Tea it is." in model.own_calls["memory"][-1]["messages"][-1]["content"]
 
 
+@pytest.mark.parametrize(
+    ("op", "fact", "said"),
+    [
+        ("update", "The user works as a baker.", "I work as a baker."),
+        ("supersede", "The user plays the piano.", "I play the piano."),
+    ],
+)
+async def test_an_extraction_cannot_overwrite_or_close_an_unrelated_memory(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    chat_services: Services,
+    empty: None,
+    caplog: pytest.LogCaptureFixture,
+    op: str,
+    fact: str,
+    said: str,
+) -> None:
+    """A model naming the wrong memory (it saw the name among the closest ones) must not replace
+    the user's name with their job: a fact unlike the one it names is stored as a new one."""
+    caplog.set_level("INFO", logger="resolveai.memory")
+    name = {"op": "add", "fact": "The user's name is Dana.", "sentences": [1]}
+    await tell(client, model, chat_services, "My name is Dana.", name)
+    model.push({"text": "Noted."})
+    model.push_for(
+        "memory",
+        lambda _model, messages: ops(
+            {
+                "op": op,
+                "fact": fact,
+                "sentences": [2],
+                "memory": known_number(messages, "Dana"),
+            }
+        ),
+    )
+    await send(client, f"Dana here again. {said}")
+    await extractions_done(chat_services)
+    current = {m["content"]: m for m in await memories(client)}
+    assert set(current) == {"The user's name is Dana.", fact}
+    assert current["The user's name is Dana."]["quote"] == "My name is Dana."
+    assert len(await memories(client, include_superseded="true")) == 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    assert any("unlike the memory it names" in line for line in lines), lines
+
+
 async def test_extraction_cannot_store_what_the_user_did_not_say(
     client: httpx.AsyncClient,
     model: ScriptedProvider,
