@@ -39,6 +39,7 @@ from core.memory_search import retrieve_memories
 from core.preferences import with_defaults
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
 from core.services import Services
+from core.third_person import third_person
 
 log = logging.getLogger("resolveai.memory")
 
@@ -169,6 +170,7 @@ async def _apply(
     numbers = operation.get("sentences")
     if kind not in ("add", "update", "supersede") or not isinstance(fact, str):
         return  # "none", or nothing usable
+    fact = third_person(fact)  # "I live in Lisbon." copied from the message is the user's fact
     if not _ABOUT_THE_USER.search(fact):
         _refuse(result, fact, "not a fact about the user")
         return

@@ -30,6 +30,7 @@ from core.grounding import (
     told_by,
 )
 from core.services import Services, open_services
+from core.third_person import third_person
 from tests.chat_client import send
 from tests.conftest import SCRIPTED_MODELS, extractions_done, new_database
 from tests.scripted_model import ScriptedProvider
@@ -176,6 +177,29 @@ def test_a_question_tells_only_what_it_holds() -> None:
 # --- extraction after the reply ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("fact", "told"),
+    [
+        ("I live in Lisbon.", "The user lives in Lisbon."),
+        ("I’m allergic to peanuts.", "The user is allergic to peanuts."),
+        ("I study law at my university.", "The user studies law at their university."),
+        ("I also teach piano to my kids.", "The user also teaches piano to their kids."),
+        ("I moved to Porto in March 2025.", "The user moved to Porto in March 2025."),
+        ("I went to a support group.", "The user went to a support group."),
+        ("I don't eat meat.", "The user does not eat meat."),
+        ("I can speak French.", "The user can speak French."),
+        ("I've two cats and I love them.", "The user has two cats and they love them."),
+        ("My sister is called Ana.", "The user's sister is called Ana."),
+        ("I'd like to visit Japan.", "The user would like to visit Japan."),
+        # Not the user speaking: left as it is (and refused as not about the user).
+        ("Mystery novels are my favourite.", "Mystery novels are my favourite."),
+        ("The user plays the piano.", "The user plays the piano."),
+    ],
+)
+def test_a_fact_in_the_users_own_voice_is_told_about_the_user(fact: str, told: str) -> None:
+    assert third_person(fact) == told
+
+
 async def test_newcomer_states_facts_and_later_chats_know_them(
     client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
 ) -> None:
@@ -188,7 +212,8 @@ async def test_newcomer_states_facts_and_later_chats_know_them(
             {"op": "add", "fact": "The user's name is Dana.", "sentences": [2]},
             # The wrong sentence cited (as the local model did): the one stating it is found.
             {"op": "add", "fact": "The user lives in Lisbon.", "sentences": [2]},
-            {"op": "add", "fact": "The user is allergic to peanuts.", "sentences": [3]},
+            # The user's sentence copied, as the local model did in a keyless trial.
+            {"op": "add", "fact": "I'm allergic to peanuts.", "sentences": [3]},
         ),
     )
     first = await send(client, "Hi! I'm Dana. I live in Lisbon and I'm allergic to peanuts.")

@@ -1,0 +1,87 @@
+"""A fact the user stated in the first person, told in the third ("I live in Lisbon." → "The user
+lives in Lisbon.").
+
+The memory model is asked for facts about "the user", but the local 1.5B model sometimes copies
+the user's sentence instead ("I'm allergic to peanuts."), and such a fact used to be refused as
+not about the user: in a keyless trial, three of the four facts of "Hi! I'm Dana. I live in Lisbon
+and I'm allergic to peanuts. I work as a nurse." were lost that way. A sentence whose subject is
+"I" or "my …" is about the user by definition, so it is rewritten rather than refused. Only the
+opening subject and verb change (by rules: a past form stays, "live" becomes "lives", "study"
+"studies"); later "my", "me" and "I" become "their", "them" and "they".
+"""
+
+from __future__ import annotations
+
+import re
+
+# Openings whose third-person form does not depend on the verb that follows; "" keeps the words
+# after "I" as they are ("I can swim" → "The user can swim").
+_KEPT_AFTER_I = (
+    r"i (?:did not|didn['’]t|can['’]t|cannot|can|could|will|would|should|must|may|might"
+    r"|won['’]t|used to|had|did)"
+)
+_FIXED_OPENINGS = [
+    (re.compile(r"i['’]m|i am", re.I), "The user is"),
+    (re.compile(r"i['’]ve|i have", re.I), "The user has"),
+    (re.compile(r"i['’]d", re.I), "The user would"),
+    (re.compile(r"i['’]ll", re.I), "The user will"),
+    (re.compile(r"i was", re.I), "The user was"),
+    (re.compile(r"i don['’]t|i do not", re.I), "The user does not"),
+    (re.compile(_KEPT_AFTER_I, re.I), ""),
+    (re.compile(r"my", re.I), "The user's"),
+]
+_ADVERBS = "also|always|never|often|usually|still|really|just|recently|currently|now|sometimes"
+_SUBJECT = re.compile(rf"\s*i\s+(?:({_ADVERBS})\s+)?([a-z]+)\b", re.I)
+# Past forms that do not end in -ed, as a user tells what happened ("I moved", "I went").
+_IRREGULAR_PAST_TEXT = """ate became began bought broke brought built came caught chose did drank
+drove fell felt flew forgot found gave got grew had heard held hurt kept knew learnt left lent lost
+made meant met paid put quit ran read said sat saw sent sold spent spoke stood stole swam taught
+thought told took understood went woke won wore wrote"""
+_IRREGULAR_PAST = frozenset(_IRREGULAR_PAST_TEXT.split())
+_IRREGULAR_PRESENT = {"have": "has", "do": "does", "go": "goes", "be": "is"}
+# Later mentions of the user, once the subject is "The user".
+_LATER = [
+    (re.compile(r"\bmyself\b", re.I), "themselves"),
+    (re.compile(r"\bmine\b", re.I), "theirs"),
+    (re.compile(r"\bmy\b", re.I), "their"),
+    (re.compile(r"\bme\b", re.I), "them"),
+    (re.compile(r"\bI['’]m\b"), "they are"),
+    (re.compile(r"\bI['’]ve\b"), "they have"),
+    (re.compile(r"\bI\b"), "they"),
+]
+
+
+def _third_person_verb(verb: str) -> str:
+    """The verb after "I", as it reads after "The user": a past form as it is, else its -s form."""
+    lower = verb.lower()
+    if lower.endswith("ed") or lower in _IRREGULAR_PAST:
+        return lower
+    if lower in _IRREGULAR_PRESENT:
+        return _IRREGULAR_PRESENT[lower]
+    if re.search(r"(s|sh|ch|x|z|o)$", lower):
+        return lower + "es"
+    if re.search(r"[^aeiou]y$", lower):
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+def _rest(text: str) -> str:
+    for pattern, replacement in _LATER:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def third_person(fact: str) -> str:
+    """`fact` about "the user" when it speaks as "I" or "my …"; any other fact as it is."""
+    text = fact.strip()
+    for pattern, replacement in _FIXED_OPENINGS:
+        match = pattern.match(text)
+        if match and (match.end() == len(text) or not text[match.end()].isalnum()):
+            opening = replacement or "The user" + match.group(0)[1:]
+            return opening + _rest(text[match.end() :])
+    match = _SUBJECT.match(text)
+    if match is None:
+        return fact
+    adverb, verb = match.group(1), _third_person_verb(match.group(2))
+    opening = "The user " + (f"{adverb.lower()} " if adverb else "") + verb
+    return opening + _rest(text[match.end() :])
