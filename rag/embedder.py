@@ -5,11 +5,11 @@ offline. `EMBED_MODEL_NAME` may name another 384-dimension sentence-transformers
 with model-hub access); its query prefix, if it has one, is applied to queries. The model loads
 once per process, in a worker thread; encoding runs on one dedicated thread so the event loop never
 waits on the CPU and concurrent requests don't fight over torch's cores. That thread runs the
-model's forward pass traced (rag/traced_encoder.py: one call that needs no GIL, where the model's
-own code waits for the busy event loop's GIL at every step), and a single text on one torch thread
-(`_one_torch_thread`). Vectors are L2-normalized, so cosine similarity is a dot product. Recent
-query vectors are kept (a turn looks its user message up twice: memory recall, then memory
-extraction).
+model's forward pass traced (rag/traced_encoder.py: one call that takes the GIL a few times, where
+the model's own code waits for the busy event loop's GIL at every step), and a single text on one
+torch thread (`_one_torch_thread`). Vectors are L2-normalized, so cosine similarity is a dot
+product. Recent query vectors are kept (a turn looks its user message up twice: memory recall,
+then memory extraction).
 
 `Embedder.ranking` is the embedder as a search round's ranking uses it. Those vectors live for one
 user message and are compared only with each other, never stored, so on a CPU that computes

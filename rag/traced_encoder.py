@@ -5,8 +5,9 @@ sentence-transformers' `encode`, each of the model's many small torch calls hand
 then waits up to the interpreter's switch interval (5 ms) to take it again: a query that takes
 13 ms alone took 618 ms beside a busy Python thread, and at 10 clients (bench/turn.py) a query
 encode took ~55 ms, which made the embedder's thread the queue every message waited in. Traced and
-frozen, the transformer, its mean pooling and the normalization are one call that runs without
-the GIL: 10 ms alone, 37 ms beside the busy thread, the same vectors (largest difference 3e-8).
+frozen, the transformer, its mean pooling and the normalization are one call that gives the GIL
+back only a few times: 10 ms alone, 37 ms beside the busy thread, the same vectors (largest
+difference 3e-8).
 
 `traced_encoder` traces a loaded sentence-transformers model and checks the traced pass against
 the model's own `encode` on a few texts (short, padded, past the model's length); a model of
