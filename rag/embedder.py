@@ -145,8 +145,7 @@ class Embedder:
                     f"could not load it ({type(error).__name__}: {error})"
                 ) from None
             self.load_seconds = time.perf_counter() - started
-            self.state = "ready"
-            return self._model
+            return self._model  # "ready" once traced too (_traced_blocking)
 
     def _open_model(self) -> SentenceTransformer:
         import torch
@@ -186,6 +185,7 @@ class Embedder:
         model = self.model
         if not self._trace_tried:
             self._traced, self._trace_tried = traced_encoder(model), True
+            self.state = "ready"
         return model
 
     @property

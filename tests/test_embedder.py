@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,6 +60,27 @@ async def test_the_traced_pass_gives_the_vectors_the_model_gives(embedder: Embed
     assert (
         np.abs(query - embedder.model.encode(["Which river do the bridges cross?"])[0]).max() < 1e-5
     )
+
+
+async def test_the_embedder_is_ready_only_once_its_pass_is_traced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Health says "warming up" while the embedder loads: tracing is part of that (a CI run saw
+    "ready" while the trace still ran, and the server stopped before saying the embedder was
+    loaded)."""
+    from rag import embedder as embedder_module
+
+    seen: list[str] = []
+    model = Embedder()
+
+    def tracing(loaded: Any) -> Any:  # what the state says while the trace runs
+        seen.append(model.state)
+        return traced_encoder(loaded)
+
+    monkeypatch.setattr(embedder_module, "traced_encoder", tracing)
+    await model.load()
+    assert seen == ["loading"] and model.state == "ready" and model.traced
+    model.close()
 
 
 def test_a_model_the_trace_does_not_reproduce_keeps_encode(embedder: Embedder) -> None:
