@@ -214,12 +214,19 @@ async def model(chat_services: Services) -> AsyncIterator[ScriptedProvider]:
     await forget_memories(chat_services)
 
 
+async def _extractions_end(services: Services, seconds: float) -> bool:
+    """Whether no memory extraction is queued or running within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while await memory_jobs.pending(services.database.pool):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
 async def extractions_done(services: Services) -> None:
     """Wait until no memory extraction is queued or running."""
-    deadline = time.monotonic() + 30
-    while await memory_jobs.pending(services.database.pool):
-        assert time.monotonic() < deadline, "memory extraction did not finish"
-        await asyncio.sleep(0.05)
+    assert await _extractions_end(services, 30), "memory extraction did not finish"
 
 
 async def forget_memories(services: Services) -> None:
@@ -227,10 +234,7 @@ async def forget_memories(services: Services) -> None:
     message (chat/memory_recall.py), so what one test left would be in the next one's prompts.
     An extraction still running gets a moment to end first; where no worker runs (the evals'
     own services), the jobs wait for nobody and are dropped."""
-    for _ in range(40):
-        if not await memory_jobs.pending(services.database.pool):
-            break
-        await asyncio.sleep(0.05)
+    await _extractions_end(services, 2)
     async with services.database.pool.connection() as conn:
         await conn.execute("DELETE FROM memories")
         await conn.execute("DELETE FROM memory_jobs")
