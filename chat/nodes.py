@@ -32,7 +32,7 @@ from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
 from core.tracing import span, trace_metadata
-from rag.citations import CitationNormalizer, numbered
+from rag.citations import SupportCitations
 from rag.link_reader import links_in
 from rag.research import Research, ResearchBudget
 
@@ -184,7 +184,9 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     markup = ToolCallStreamFilter(set(names) if tools else set())
     # Document passages are numbered sources: their citations get the web answers' treatment.
     citations = (
-        CitationNormalizer(numbered(len(turn.document_sources))) if turn.document_sources else None
+        SupportCitations({s["n"]: s["text"] for s in turn.document_sources})
+        if turn.document_sources
+        else None
     )
     streamed = StreamedMessage()
     shown: list[str] = []

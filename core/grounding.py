@@ -172,7 +172,7 @@ _YEAR = re.compile(r"(19|20)\d\d")
 _NUMBER_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
 
 
-def _numbers(text: str) -> set[str]:
+def stated_numbers(text: str) -> set[str]:
     """The numbers `text` states, as digits: "3", "three" and "thirty-one" alike."""
     tokens = _NUMBER_TOKEN.findall(text.casefold())
     found: set[str] = set()
@@ -193,5 +193,6 @@ def states_its_numbers(fact: str, quote: str) -> bool:
     ("How many children do I have?" became "The user has two children."). Not checked: one
     (the user's "a sister" is "one sister"), and dates and years, which extraction works out
     from the chat's date ("yesterday" is "on 7 May 2023")."""
-    wanted = {n for n in _numbers(_DATE.sub(" ", fact)) if n != "1" and not _YEAR.fullmatch(n)}
-    return wanted <= _numbers(quote)
+    stated = stated_numbers(_DATE.sub(" ", fact))
+    wanted = {n for n in stated if n != "1" and not _YEAR.fullmatch(n)}
+    return wanted <= stated_numbers(quote)

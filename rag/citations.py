@@ -3,12 +3,19 @@
 Models write `[3]`, `[1, 2]`, `[3†source]` or their own `【3†L1-L3】`. `CitationNormalizer` does
 this while the answer streams, holding back only a possible citation until its closing bracket, so
 what the user watched stream is exactly what is saved.
+
+Small models copy their sources' sentences but seldom write the `[n]` (the local model cited 1 of
+20 web-answer parts in the research eval). `SupportCitations` cites such a sentence itself, with
+the one source that states it: most of its meaningful words and every number it states are in
+that source's text. It holds back only a sentence's final marks until it sees what follows them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+
+from core.grounding import content_words, stated_numbers
 
 # A whole citation: an opening bracket, numbers (with separators and † suffixes), a closing one.
 # Not after a letter or `_`: `a[0]` is an index in code, not a citation.
@@ -64,3 +71,90 @@ class CitationNormalizer:
     def finish(self) -> str:
         text, self._held = self._before + self._held, ""
         return self._show(text)
+
+
+# Where a sentence ends: its final marks (with closing quotes or brackets) and the space after
+# them, or a line break (a list item or a line of its own is a sentence too).
+_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]»”’]*\s+|[ \t]*\n\s*")
+# A possible sentence end at the end of the text so far: what follows decides.
+_PENDING_END = re.compile(r"(?:[.!?…]+[\"')\]»”’]*)?\s*\Z")
+_FINAL_MARKS = re.compile(r"[.!?…]+[\"')\]»”’]*\s*\Z")
+_CITED = re.compile(r"\[\d+\]")
+# A sentence cited from a source shares at least this much of its meaningful words with it (and
+# at least two words: "Hi!" or "Yes." are in any page).
+MIN_SHARED_WORDS = 0.5
+MIN_WORDS = 2
+
+
+def says_not_found(text: str) -> bool:
+    """Whether the text opens with the answer rule's "I couldn't find…"."""
+    return text.lstrip(" -*#>").lower().startswith(("i couldn't find", "i could not find"))
+
+
+class SupportCitations:
+    """A `CitationNormalizer` over the numbered sources `texts`, which also cites each sentence
+    left uncited with the source that states it (see the module docstring)."""
+
+    def __init__(self, texts: Mapping[int, str]) -> None:
+        self.normalizer = CitationNormalizer(set(texts))
+        self._words = {n: content_words(text) for n, text in texts.items()}
+        self._numbers = {n: stated_numbers(text) for n, text in texts.items()}
+        self._sentence = ""  # the current sentence, as shown so far
+        self._held = ""  # its final marks and the space after them, until what follows shows
+        self._in_code = False
+
+    def feed(self, piece: str) -> str:
+        return self._cite(self.normalizer.feed(piece), final=False)
+
+    def finish(self) -> str:
+        return self._cite(self.normalizer.finish(), final=True)
+
+    def _cite(self, text: str, final: bool) -> str:
+        text, self._held = self._held + text, ""
+        shown: list[str] = []
+        start = 0
+        for end in _SENTENCE_END.finditer(text):
+            if end.end() == len(text) and not final:
+                break  # a citation may follow the mark ("…Poland. [1]"): wait for it
+            body = text[start : end.start()]
+            cited_after = _CITED.match(text, end.end())
+            citation = "" if cited_after else self._citation(self._sentence + body)
+            shown.append(body + citation + end.group())
+            self._sentence, start = "", end.end()
+        rest = text[start:]
+        if final:
+            marks = _FINAL_MARKS.search(rest)
+            cut = marks.start() if marks else len(rest)
+            shown.append(rest[:cut] + self._citation(self._sentence + rest[:cut]) + rest[cut:])
+            self._sentence = ""
+        else:
+            pending = _PENDING_END.search(rest)
+            cut = pending.start() if pending else len(rest)
+            shown.append(rest[:cut])
+            self._sentence += rest[:cut]
+            self._held = rest[cut:]
+        return "".join(shown)
+
+    def _citation(self, sentence: str) -> str:
+        """ " [n]" for the source that states `sentence`, else ""."""
+        fences = sentence.count("```")
+        in_code, self._in_code = self._in_code, self._in_code != (fences % 2 == 1)
+        line = sentence.lstrip()
+        if (
+            in_code
+            or fences
+            or line.startswith(("#", "|"))
+            or _CITED.search(sentence)
+            or says_not_found(line)
+        ):
+            return ""
+        words = content_words(sentence)
+        if len(words) < MIN_WORDS:
+            return ""
+        numbers = stated_numbers(sentence)
+        # The source sharing the most words (the first of equals), among those stating its numbers.
+        shared, source = max(
+            ((len(words & self._words[n]), -n) for n in self._words if numbers <= self._numbers[n]),
+            default=(0, 0),
+        )
+        return f" [{-source}]" if shared >= MIN_SHARED_WORDS * len(words) else ""

@@ -42,7 +42,7 @@ from core.prompts import (
 )
 from core.tracing import span
 from rag.chunk_judge import json_object_in
-from rag.citations import CitationNormalizer
+from rag.citations import SupportCitations, says_not_found
 from rag.document_search import FoundChunk
 from rag.md_chunker import Chunk, budget_for, chunk_pages
 from rag.ranker import RankedChunk, rank_chunks
@@ -167,7 +167,7 @@ class Research:
                 )
             )
         written = dict(zip(found, sections, strict=True))
-        parts = [i for i in found if not _says_not_found(written[i])]  # the answering ones
+        parts = [i for i in found if not says_not_found(written[i])]  # the answering ones
         if not checked:
             self.step(f"{len(parts)} of {len(questions)} sub-questions answered")
         missing = [questions[i] for i in range(len(questions)) if i not in parts]
@@ -323,7 +323,8 @@ class Research:
             metadata=self.metadata(f"research part {k}"),
         )
         self.answered(stream)
-        citations = CitationNormalizer(set(texts))  # the sources this part was shown
+        # The sources this part was shown, and only those.
+        citations = SupportCitations({n: "\n".join(chunks) for n, chunks in texts.items()})
         written = self.written[i] = []
         async for chunk in stream:
             piece = chunk.choices[0].delta.content if chunk.choices else None
@@ -331,9 +332,10 @@ class Research:
                 written.append(citations.feed(piece))
         written.append(citations.finish())
         text = "".join(written).strip()
-        if text and not _CITATION.search(text) and not _says_not_found(text):
-            # A small model may leave the [n] out: the part was written from these sources
-            # alone, so it says which it read.
+        if text and not _CITATION.search(text) and not says_not_found(text):
+            # No [n] from the model, and no sentence of the part is one a source states (those
+            # were cited as it streamed): it was written from these sources alone, so it says
+            # which it read.
             text += "\n\n_Read for this part: " + " ".join(f"[{n}]" for n in sorted(texts)) + "_"
         self.draft(self.report_so_far())
         return text
@@ -447,14 +449,10 @@ def _first_sentence(text: str) -> str:
     line with no sentence's end ("Rollo [1]": a small model's bare answer) is ended, so the short
     answer does not run it into the next part's."""
     line = next((line.strip(" -*#>") for line in text.splitlines() if line.strip()), "")
-    if not line or _says_not_found(line):
+    if not line or says_not_found(line):
         return ""
     match = _SENTENCE.match(line)
     return match.group(1).strip() if match else f"{line.strip().rstrip(':;,')}."
-
-
-def _says_not_found(text: str) -> bool:
-    return text.lstrip(" -*#>").lower().startswith(("i couldn't find", "i could not find"))
 
 
 def _link(source: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from core.prompts import source_blocks, web_answer_request
 from core.tracing import span
 from rag.chunk_judge import check_evidence
-from rag.citations import CitationNormalizer, numbered
+from rag.citations import SupportCitations
 from rag.md_chunker import budget_for, chunk_pages
 from rag.ranker import rank_chunks
 from rag.search_providers import SearchProvider
@@ -156,7 +156,7 @@ class WebSearchRound:
         # Sources first: the browser can link each [n] as soon as it streams in.
         self.publish_sources([s.public() for s in sources])
         with span("answer"):
-            answer = await self._write_answer(blocks, len(sources))
+            answer = await self._write_answer(blocks, sources)
         elapsed = time.monotonic() - ranked_at
         log.info("Web: answer written (%d chars, %.1f s)", len(answer), elapsed)
         return RoundResult(answer, [s.public() for s in sources])
@@ -175,7 +175,7 @@ class WebSearchRound:
         self.step(f"Search {self.number} of {MAX_SEARCHES} was not enough: {reason}")
         return RoundResult(None, [], reason)
 
-    async def _write_answer(self, blocks: str, source_count: int) -> str:
+    async def _write_answer(self, blocks: str, sources: list[Source]) -> str:
         stream = await self.router.acompletion(
             model="chat",
             messages=web_answer_request(self.question, self.context, blocks, datetime.now(UTC)),
@@ -183,7 +183,7 @@ class WebSearchRound:
             metadata=self.metadata("web answer"),
         )
         self.answered(stream)
-        citations = CitationNormalizer(numbered(source_count))
+        citations = SupportCitations({s.n: "\n".join(s.texts) for s in sources})
         shown: list[str] = []
         async for chunk in stream:
             piece = chunk.choices[0].delta.content if chunk.choices else None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rag.citations import CitationNormalizer, normalize_citations, numbered
+from rag.citations import CitationNormalizer, SupportCitations, normalize_citations, numbered
 
 CASES = [
     ("Paris is the capital [1].", "Paris is the capital [1]."),
@@ -46,3 +46,63 @@ def test_a_research_part_cites_only_the_sources_it_read() -> None:
     assert normalize_citations(raw, {1}) == expected
     stream = CitationNormalizer({1})
     assert "".join(stream.feed(c) for c in raw) + stream.finish() == expected
+
+
+# Source texts as a research part or a web answer reads them (numbered as in its prompt).
+WARSAW = (
+    "Warsaw is the capital and largest city of Poland. It stands on the Vistula River in "
+    "east-central Poland. Its population is estimated at 1.740 million residents within a "
+    "greater metropolitan area of 2.666 million residents."
+)
+WATT = (
+    "James Watt developed an improved version of Newcomen's engine, with a separate condenser. "
+    "Watt's engine used 75% less coal than Newcomen's."
+)
+SUPPORTED = [
+    # Copied from a source, uncited: its number goes right after the fact, as the prompt asks.
+    ("Warsaw is the largest city of Poland.", "Warsaw is the largest city of Poland [1]."),
+    (
+        "About 1.740 million people live in Warsaw. James Watt developed the separate condenser.",
+        "About 1.740 million people live in Warsaw [1]. James Watt developed the separate "
+        "condenser [2].",
+    ),
+    # A list item, and a last sentence with no final mark.
+    (
+        "- Watt's engine used 75% less coal\n- Warsaw stands on the Vistula",
+        "- Watt's engine used 75% less coal [2]\n- Warsaw stands on the Vistula [1]",
+    ),
+]
+LEFT_AS_WRITTEN = [
+    # Cited by the model, its number after the mark included.
+    "Warsaw is the capital of Poland [1].",
+    "Warsaw is the capital of Poland. [1] It is big.",
+    # Stated by no source: a number it does not state, too few words shared, a not-found
+    # sentence, a heading, a bare greeting, code.
+    "Warsaw has 2.5 million residents.",
+    "Warsaw is lovely in spring and full of parks.",
+    "I couldn't find who developed the Warsaw condenser.",
+    "## Warsaw, the largest city of Poland\nHi!",
+    "```\nprint('Warsaw is the largest city of Poland')\n```",
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), SUPPORTED + [(text, text) for text in LEFT_AS_WRITTEN]
+)
+def test_a_sentence_left_uncited_is_cited_with_the_source_that_states_it(
+    raw: str, expected: str
+) -> None:
+    # The local model copies its sources' sentences but rarely writes the [n]: a sentence whose
+    # meaningful words (and every number) are in one source gets that source's number.
+    for size in (1, 2, 5, len(raw)):
+        stream = SupportCitations({1: WARSAW, 2: WATT})
+        shown = "".join(stream.feed(raw[i : i + size]) for i in range(0, len(raw), size))
+        assert shown + stream.finish() == expected, size
+
+
+def test_support_citations_normalize_the_models_own_too() -> None:
+    stream = SupportCitations({1: WARSAW})
+    raw = "Warsaw is the capital of Poland【1†L1】 and [7] more."
+    assert "".join(stream.feed(c) for c in raw) + stream.finish() == (
+        "Warsaw is the capital of Poland[1] and  more."
+    )

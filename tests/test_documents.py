@@ -94,6 +94,16 @@ async def test_a_pdf_answers_from_its_page_3_with_a_citation(
     saved = (await client.get(f"/api/chats/{chat_id}/messages")).json()[-1]
     assert saved["sources"][0]["page"] == 3 and saved["content"] == streamed
 
+    # The local model's way: the passage's own sentences, with no [n]. Each is cited as it
+    # streams with the passage that states it, and saved as streamed.
+    model.push({"text": "The parade starts at 9 pm from the harbour. Children lead it."})
+    events = await send(client, f"When does the {tag} lantern parade start?")
+    streamed = "".join(e["text"] for e in events if e["type"] == "token")
+    assert streamed == "The parade starts at 9 pm from the harbour [1]. Children lead it [1]."
+    assert next(e["sources"] for e in events if e["type"] == "sources")[0]["page"] == 3
+    chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
+    assert (await client.get(f"/api/chats/{chat_id}/messages")).json()[-1]["content"] == streamed
+
     # A question about something else brings no passage.
     model.push({"text": "Paris."})
     unrelated = await send(client, "What is the capital of France?")

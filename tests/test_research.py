@@ -330,6 +330,22 @@ async def test_a_part_written_without_citations_says_which_sources_it_read(clien
     assert all(f"\n{n} [" in report.split("## Sources")[1] for n in read.group(1).split())
 
 
+async def test_a_part_that_repeats_its_source_is_cited_inline(client, model) -> None:
+    # The local model copies a source's sentence and leaves out its number: the sentence is cited
+    # with the source that states it, and the part needs no "Read for this part" line.
+    model.push(
+        plan(ZORBLAX),
+        answered(1),
+        {"text": "The Zorblax festival lasts three days and ends with a lantern parade."},
+    )
+    report = tokens(await research(client, ZORBLAX))
+    part = re.search(r"The Zorblax festival lasts three days and ends with a lantern parade "
+                     r"\[(\d+)\]\.\n", report)  # fmt: skip
+    assert part, report
+    assert "_Read for this part" not in report
+    assert f"\n[{part.group(1)}] [Zorblax festival](https://example.org/zorblax)" in report
+
+
 async def test_an_unusable_plan_researches_the_question_itself(client, model) -> None:
     model.push(
         {"text": "Sure! Here is my plan: search things."},

@@ -23,6 +23,7 @@ import torch
 from chat.nodes import FORCED_SEARCH_MAX_TOKENS
 from chat.runner import start_turn, stream_turn
 from chat.tools import MAX_CONTEXT_CHARS, WebSearchInput
+from core import chat_store
 from core.accounts import LOCAL_USER_ID
 from core.config import PROJECT_ROOT, Settings
 from core.prompts import UNTRUSTED_SOURCES_RULE
@@ -326,6 +327,40 @@ async def test_a_chat_model_without_tools_searches_the_users_words_directly(
     assert "<source" in model.calls[0]["messages"][-1]["content"]  # it read the pages
     assert answer_text(events).startswith("The festival ends with a lantern parade [1]")
     assert next(e for e in events if e["type"] == "sources")["sources"]
+
+
+async def test_an_answer_copied_from_a_page_without_its_number_is_cited_as_saved(
+    chat_services, model
+) -> None:
+    """The local model's way: the answer repeats the page's sentences and leaves out the [n].
+    Each sentence a source states is cited with it as it streams, and the reply saved is the
+    one streamed; a sentence no source states stays uncited."""
+    plan = copy.deepcopy(chat_services.model_plan)
+    plan.capabilities["scripted/chat"] = {"tools": False, "memory_tools": False}
+    services = dataclasses.replace(chat_services, model_plan=plan)
+    model.push(
+        {
+            "chunks": [
+                "The Zorblax festival is held every March in Quentaro",
+                ". It lasts three days and ends with a lantern parade on the beach.",
+                " Bring a warm coat!",
+            ]
+        }
+    )
+    turn = await start_turn(
+        services, None, "When is the Zorblax festival?", use_web=True, user_id=LOCAL_USER_ID
+    )
+    events = [event async for event in stream_turn(turn)]
+    assert types_of(events)[-1] == "done"
+    sources = next(e for e in events if e["type"] == "sources")["sources"]
+    n = next(s["n"] for s in sources if s["url"] == "https://example.org/zorblax")
+    expected = (
+        f"The Zorblax festival is held every March in Quentaro [{n}]. It lasts three days and "
+        f"ends with a lantern parade on the beach [{n}]. Bring a warm coat!"
+    )
+    assert answer_text(events) == expected
+    saved = await chat_store.list_messages(services.database.pool, turn.context.chat_id)
+    assert saved[-1]["content"] == expected
 
 
 def types_of(events: list[dict[str, Any]]) -> list[str]:
