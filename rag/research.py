@@ -415,7 +415,7 @@ def _report(
     *,
     stopped: bool = False,
 ) -> str:
-    """The report in Markdown: a title, the short answer (each section's first sentence), a
+    """The report in Markdown: a title, the short answer (each section's answering sentence), a
     section per answered sub-question, "Not found", and the cited sources only. `stopped`: the
     report so far of a research stopped before its end, said instead of the short answer."""
     title = " ".join(question.split())
@@ -424,8 +424,8 @@ def _report(
     if stopped:
         lead = "_Stopped before the research was finished: the report so far._"
     else:
-        firsts = [_first_sentence(text) for _, text in sections]
-        short = " ".join(f for f in firsts if f) or "The sources found do not answer this question."
+        answers = (_answering_sentence(asked, text) for asked, text in sections)
+        short = " ".join(filter(None, answers)) or "The sources found do not answer this question."
         lead = f"**Short answer:** {short}"
     parts = [f"# {title}", lead]
     parts += [f"## {sub_question}\n\n{text}" for sub_question, text in sections]
@@ -444,15 +444,33 @@ def _report(
     return "\n\n".join(parts)
 
 
-def _first_sentence(text: str) -> str:
-    """The first sentence of a section, with its citations; "" when it says it found nothing. A
-    line with no sentence's end ("Rollo [1]": a small model's bare answer) is ended, so the short
-    answer does not run it into the next part's."""
-    line = next((line.strip(" -*#>") for line in text.splitlines() if line.strip()), "")
-    if not line or says_not_found(line):
+def _answering_sentence(sub_question: str, text: str) -> str:
+    """The sentence of a section sharing the most words with its sub-question (the first of
+    equals), with its citations; "" when the section says it found nothing. The local model
+    opens a part with context as often as with the answer ("The steam engine contributed much to
+    thermodynamic theory." before the sentence naming Watt)."""
+    lines = [line.strip(" -*#>") for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("_")]  # "_Read for this part…_"
+    if not lines or says_not_found(lines[0]):
         return ""
-    match = _SENTENCE.match(line)
-    return match.group(1).strip() if match else f"{line.strip().rstrip(':;,')}."
+    asked = _content_words(sub_question)
+    sentences = [sentence for line in lines for sentence in _sentences(line)]
+    return max(sentences, key=lambda sentence: len(asked & _content_words(sentence)))
+
+
+def _sentences(line: str) -> list[str]:
+    """A line's sentences, each with its citations. A period inside a sentence ("c. 1,300,000",
+    "e.g. the") does not end it; an end with no mark ("Rollo [1]": a small model's bare answer)
+    is given one, so the short answer does not run it into the next part's."""
+    found = []
+    while line:
+        match = _SENTENCE.match(line)
+        if not match:
+            found.append(f"{line.rstrip(':;,')}.")
+            break
+        found.append(match.group(1).strip())
+        line = line[match.end() :].strip()
+    return found
 
 
 def _link(source: dict[str, Any]) -> str:

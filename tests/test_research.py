@@ -445,6 +445,25 @@ def test_a_short_answer_ends_each_parts_first_sentence() -> None:
     assert f"**Short answer:** {short}" in report
 
 
+def test_a_short_answer_is_the_sentence_of_each_part_that_answers_it() -> None:
+    # The local model opened the condenser part with a sentence about thermodynamics, and named
+    # Watt in the next one: the short answer took the first, which answers nothing.
+    sections = [
+        (
+            "Who developed the separate condenser for the steam engine?",
+            "The steam engine contributed much to thermodynamic theory [2]. Measurements made by "
+            "Watt on a model steam engine led to the development of the separate condenser [2].",
+        ),
+        ("What is the largest city of Poland?", "Warsaw is the largest city of Poland [1]."),
+    ]
+    report = _report("Answer all", sections, [], [])
+    short = (
+        "Measurements made by Watt on a model steam engine led to the development of the "
+        "separate condenser [2]. Warsaw is the largest city of Poland [1]."
+    )
+    assert f"**Short answer:** {short}\n" in report
+
+
 def test_plans_and_checks_are_read_strictly() -> None:
     assert parse_plan('{"sub_questions": ["A?", " a? ", "", 3, "B?"]}', 5) == ["A?", "B?"]
     assert parse_plan('Plan: {"sub_questions": ["A?", "B?", "C?"]}', 2) == ["A?", "B?"]
