@@ -545,12 +545,14 @@ def research_budget(settings: Settings, plan: ModelPlan) -> ResearchBudget:
             sub_questions=min(3, settings.research_sub_questions),
             seconds=settings.research_seconds,
             chunks_per_question=2,
+            pages=settings.research_pages,
         )
     return ResearchBudget(
         rounds=settings.research_rounds,
         sub_questions=settings.research_sub_questions,
         seconds=settings.research_seconds,
         chunks_per_question=4,
+        pages=settings.research_pages,
     )
 
 

@@ -120,11 +120,13 @@ class Settings(BaseSettings):
     # Web search: "auto" is Tavily when TAVILY_API_KEY is set, otherwise off.
     web_search_provider: Literal["auto", "tavily", "pages", "off"] = "auto"
     web_pages_dir: Path | None = None
-    # Research mode (rag/research.py): rounds of searching, sub-questions planned at most, and the
-    # time after which no new round starts. The local model gets 1 round and 3 sub-questions.
+    # Research mode (rag/research.py): rounds of searching, sub-questions planned at most, the
+    # time after which no new round starts, and the pages each search reads (its best results,
+    # whole). The local model gets 1 round and 3 sub-questions.
     research_rounds: int = Field(3, ge=1, le=10)
     research_sub_questions: int = Field(5, ge=1, le=10)
     research_seconds: float = Field(240.0, gt=0)
+    research_pages: int = Field(5, ge=1, le=20)
     # Reading the links in a user's message (rag/link_reader.py). auto: on unless web search is
     # pages (offline) or off; on; off.
     link_reading: Literal["auto", "on", "off"] = "auto"

@@ -47,7 +47,7 @@ from rag.document_search import FoundChunk
 from rag.md_chunker import Chunk, budget_for, chunk_pages
 from rag.ranker import RankedChunk, rank_chunks
 from rag.search_providers import SearchError, SearchProvider, SearchResult
-from rag.web_rag import RESULTS_PER_SEARCH, RoundResult, Source, numbered_sources
+from rag.web_rag import RoundResult, Source, numbered_sources
 
 log = logging.getLogger("resolveai.research")
 
@@ -77,6 +77,7 @@ class ResearchBudget:
     sub_questions: int  # at most, in the plan
     seconds: float  # no new round starts after this long
     chunks_per_question: int  # of the best chunks, read by the check and the report
+    pages: int  # each search reads (its best results)
 
 
 @dataclass
@@ -256,7 +257,7 @@ class Research:
         self.searches += 1
         log.info("Research: searching for %r", query[:200])
         try:
-            return await self.provider.search(query, RESULTS_PER_SEARCH)
+            return await self.provider.search(query, self.budget.pages)
         except SearchError as error:  # one failed search costs its sub-question, not the report
             log.warning("Research: search for %r failed: %s", query[:80], error)
             return []

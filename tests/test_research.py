@@ -23,7 +23,8 @@ from core import memory_store
 from core.config import Settings
 from core.llm_router import ModelPlan
 from core.services import Services
-from rag.research import _report, parse_answered, parse_plan, user_wording
+from rag.research import Research, _report, parse_answered, parse_plan, user_wording
+from rag.search_providers import SearchResult
 from tests.chat_client import messages_of, read_events, send, serve
 from tests.test_documents import processed, upload
 from tests.test_web_search import pages_dir, web_services  # noqa: F401 (pages_dir: a fixture)
@@ -411,6 +412,24 @@ def test_the_local_model_researches_less(settings: Settings) -> None:
     local = research_budget(settings, plan_on("local/qwen"))
     assert (local.rounds, local.sub_questions) == (1, 3)
     assert local.chunks_per_question < hosted.chunks_per_question
+
+
+async def test_each_search_reads_research_pages_pages(settings: Settings) -> None:
+    asked: list[tuple[str, int]] = []
+
+    class Provider:
+        async def search(self, query: str, max_results: int = 5) -> list[SearchResult]:
+            asked.append((query, max_results))
+            return []
+
+    budget = research_budget(
+        settings.model_copy(update={"research_pages": 2}),
+        ModelPlan([{"model_name": "chat", "litellm_params": {"model": "local/qwen"}}], []),
+    )
+    assert budget.pages == 2
+    run = Research(Provider(), None, None, WARSAW, "", budget, print, print, print, dict)
+    assert await run._one_search(WARSAW) == []
+    assert asked == [(WARSAW, 2)]
 
 
 def test_a_part_is_written_with_the_users_words_for_it_alone() -> None:
