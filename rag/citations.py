@@ -28,14 +28,9 @@ _PARTIAL_RE = re.compile(r"(?:\[|【)[\d\s,;†\w\-:.]*\Z")
 _MAX_HELD = 48  # longer than any citation: give up holding and show it as text
 
 
-def numbered(count: int) -> range:
-    """The numbers of `count` sources, [1] to [count]."""
-    return range(1, count + 1)
-
-
 def normalize_citations(text: str, sources: Collection[int]) -> str:
     """`【3†L1-L3】` → `[3]`, `[1, 2]` → `[1][2]`; citations of numbers not in `sources` are
-    removed (all the answer's sources, `numbered(n)`, or those a research part was shown)."""
+    removed (the numbers of the sources the answer or research part was shown)."""
 
     def replace(match: re.Match[str]) -> str:
         numbers = [int(n) for n in re.findall(r"(?:^|[,;])\s*(\d+)", match.group(1))]
@@ -80,7 +75,8 @@ _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]»”’]*\s+|[ \t]*\n\s*")
 # A possible sentence end at the end of the text so far: what follows decides.
 _PENDING_END = re.compile(r"(?:[.!?…]+[\"')\]»”’]*)?\s*\Z")
 _FINAL_MARKS = re.compile(r"[.!?…]+[\"')\]»”’]*\s*\Z")
-_CITED = re.compile(r"\[\d+\]")
+# A citation as normalized: `[n]` (its number, the group).
+CITATION = re.compile(r"\[(\d+)\]")
 # A sentence cited from a source shares at least this much of its meaningful words with it (and
 # at least two words: "Hi!" or "Yes." are in any page).
 MIN_SHARED_WORDS = 0.5
@@ -118,7 +114,7 @@ class SupportCitations:
             if end.end() == len(text) and not final:
                 break  # a citation may follow the mark ("…Poland. [1]"): wait for it
             body = text[start : end.start()]
-            cited_after = _CITED.match(text, end.end())
+            cited_after = CITATION.match(text, end.end())
             citation = "" if cited_after else self._citation(self._sentence + body)
             shown.append(body + citation + end.group())
             self._sentence, start = "", end.end()
@@ -145,7 +141,7 @@ class SupportCitations:
             in_code
             or fences
             or line.startswith(("#", "|"))
-            or _CITED.search(sentence)
+            or CITATION.search(sentence)
             or says_not_found(line)
         ):
             return ""

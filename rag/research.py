@@ -42,7 +42,7 @@ from core.prompts import (
 )
 from core.tracing import span
 from rag.chunk_judge import json_object_in
-from rag.citations import SupportCitations, says_not_found
+from rag.citations import CITATION, SupportCitations, says_not_found
 from rag.document_search import FoundChunk
 from rag.md_chunker import Chunk, budget_for, chunk_pages
 from rag.ranker import RankedChunk, rank_chunks
@@ -52,7 +52,6 @@ from rag.web_rag import RoundResult, Source, numbered_sources
 log = logging.getLogger("resolveai.research")
 
 MAX_SUB_QUESTION_CHARS = 300
-_CITATION = re.compile(r"\[(\d+)\]")
 # A sentence ends at . ! or ? followed by its citations, then the line's end or a space and what
 # starts a sentence (not a digit or a lower-case letter: "c. 1,300,000", "e.g. the").
 _SENTENCE = re.compile(r"(.+?[.!?](?:\s?\[\d+\])*)(?=$|\s+[^\s\da-z])")
@@ -333,7 +332,7 @@ class Research:
                 written.append(citations.feed(piece))
         written.append(citations.finish())
         text = "".join(written).strip()
-        if text and not _CITATION.search(text) and not says_not_found(text):
+        if text and not CITATION.search(text) and not says_not_found(text):
             # No [n] from the model, and no sentence of the part is one a source states (those
             # were cited as it streamed): it was written from these sources alone, so it says
             # which it read.
@@ -438,7 +437,7 @@ def _report(
             else ("Not found", "No source found answers")
         )
         parts.append(f"## {heading}\n\n{says}:\n\n{listing}")
-    cited = {int(n) for _, text in sections for n in _CITATION.findall(text)}
+    cited = {int(n) for _, text in sections for n in CITATION.findall(text)}
     listed = [s for s in sources if s["n"] in cited]
     if listed:
         parts.append("## Sources\n\n" + "\n".join(f"[{s['n']}] {_link(s)}" for s in listed))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rag.citations import CitationNormalizer, SupportCitations, normalize_citations, numbered
+from rag.citations import CitationNormalizer, SupportCitations, normalize_citations
 
 CASES = [
     ("Paris is the capital [1].", "Paris is the capital [1]."),
@@ -19,19 +19,19 @@ CASES = [
 
 @pytest.mark.parametrize(("raw", "expected"), CASES)
 def test_normalize(raw: str, expected: str) -> None:
-    assert normalize_citations(raw, numbered(3)) == expected
+    assert normalize_citations(raw, range(1, 4)) == expected
 
 
 @pytest.mark.parametrize(("raw", "expected"), CASES)
 def test_streamed_piece_by_piece_gives_the_same_text(raw: str, expected: str) -> None:
     for size in (1, 2, 5):
-        stream = CitationNormalizer(numbered(3))
+        stream = CitationNormalizer(range(1, 4))
         shown = "".join(stream.feed(raw[i : i + size]) for i in range(0, len(raw), size))
         assert shown + stream.finish() == expected
 
 
 def test_stream_does_not_hold_plain_text() -> None:
-    stream = CitationNormalizer(numbered(2))
+    stream = CitationNormalizer(range(1, 3))
     assert stream.feed("Hello ") == "Hello "
     assert stream.feed("world [") == "world "
     assert stream.feed("1") == ""
