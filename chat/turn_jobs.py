@@ -3,13 +3,15 @@
 The POST that sends a message starts a `TurnJob` and streams it as its first reader; closing that
 stream (a reload, a closed tab, a sleeping phone) stops nothing. Every event the job emits gets a
 sequence number and goes to this process's readers at once and to Postgres (`core.turn_store`)
-every FLUSH_SECONDS, in one insert, so a reader on any server process can replay a reply from any
-point and follow it live (`follow_turn`). Stop is a flag on the turn: `request_stop` sets it from
-any process, and the process running the job sees it within WATCH_SECONDS (at once when it is this
+every FLUSH_SECONDS, so a reader on any server process can replay a reply from any point and
+follow it live (`follow_turn`). Stop is a flag on the turn: `request_stop` sets it from any
+process, and the process running the job sees it within WATCH_SECONDS (at once when it is this
 one). A turn whose process died is finished by chat/turn_recovery.py.
 
 `TurnJobs` is only this process's view of the jobs it runs; everything another process needs is
-in Postgres.
+in Postgres. One task of it tends them all while any runs: the new events of every reply in one
+insert per FLUSH_SECONDS, and one look for Stop requests per WATCH_SECONDS (not a flusher and a
+watcher per reply: at 10 clients those were ~2 of a message's ~12 round trips, bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from core.turn_store import FINAL_EVENTS
 
 log = logging.getLogger("resolveai.chat")
 
-FLUSH_SECONDS = 0.1  # tokens reach other processes' readers this often, in one insert
-WATCH_SECONDS = 0.5  # how often a running job checks whether another process asked it to stop
+FLUSH_SECONDS = 0.1  # tokens reach other processes' readers this often (all jobs' in one insert)
+WATCH_SECONDS = 0.5  # how often the running jobs are checked for a Stop another process asked for
 LEASE_RENEWALS = 3  # it renews its claim on the chat this often per lease (CHAT_LEASE_SECONDS)
 FOLLOW_SECONDS = 0.25  # how often a reader following another process's job looks for new events
 # A turn whose chat claim is gone but which is not marked finished: its process is finishing it
@@ -54,17 +56,18 @@ class TurnJob:
         self.events: list[dict[str, Any]] = []
         self.finished = False
         self._jobs = jobs
-        self._pool = turn.context.services.database.pool
-        self._unsaved: list[tuple[int, dict[str, Any]]] = []
+        self.pool = turn.context.services.database.pool
+        self.unsaved: list[tuple[int, dict[str, Any]]] = []  # events not stored yet
         self._wake = asyncio.Event()
-        self._ended = asyncio.Event()  # the reply is over: the flusher and watcher stop
+        self.ended = False  # the reply is over: its own end stores the rest, nothing else does
+        self.started = self.renewed = time.monotonic()  # its claim on the chat renewed
         self.task: asyncio.Task[None] | None = None
         self.failure: str | None = None  # why the turn was ended, when not by a Stop
         self.failure_detail: str | None = None  # the raw reason behind it (logged only)
 
     def publish(self, event: dict[str, Any]) -> None:
         self.events.append(event)
-        self._unsaved.append((len(self.events), event))
+        self.unsaved.append((len(self.events), event))
         self._wake.set()
         self._wake = asyncio.Event()
 
@@ -82,16 +85,13 @@ class TurnJob:
     def stop(self, failure: str | None = None, detail: str | None = None) -> None:
         """End the turn: stopped by the user, or (`failure`, a plain reason; `detail`, the raw
         one, logged) for that reason, as an error."""
-        if self.task is not None and not self.task.done() and not self._ended.is_set():
+        if self.task is not None and not self.task.done() and not self.ended:
             if self.failure is None:
                 self.failure, self.failure_detail = failure, detail
-            self._ended.set()  # once: a second cancel would cut the reply's saving short
+            self.ended = True  # once: a second cancel would cut the reply's saving short
             self.task.cancel()
 
     async def run(self) -> None:
-        flusher = asyncio.create_task(self._flush_every(FLUSH_SECONDS))
-        watcher = asyncio.create_task(self._watch())
-        ended = self._ended
         try:
             async for event in stream_turn(self.turn):
                 self.publish(event)
@@ -113,10 +113,7 @@ class TurnJob:
             log.exception("Chat %s: the reply could not be saved", short_id(self.chat_id))
             self.publish({"type": "error", "message": reply_failed(error, self.chat_id)})
         finally:
-            # Not cancelled: a statement cut off mid-flight could leave its connection unusable.
-            # They end at their next tick, after the statement in hand.
-            ended.set()
-            await asyncio.shield(asyncio.gather(flusher, watcher, return_exceptions=True))
+            self.ended = True
             await asyncio.shield(self._finish())
 
     async def _finish(self) -> None:
@@ -126,6 +123,10 @@ class TurnJob:
         self.finished = True
         self._wake.set()
         try:
+            # A write of this job's events under way (they were taken from `unsaved`) lands
+            # first, or puts them back: the events are stored in order, before the finish.
+            async with self._jobs.writing:
+                pass
             await self._persist_end()
         finally:
             self._jobs.forget(self)
@@ -135,10 +136,10 @@ class TurnJob:
         delay = 0.25
         while True:
             try:
-                await turn_store.finish_turn(self._pool, self.run_id, self._unsaved)
-                self._unsaved = []
+                await turn_store.finish_turn(self.pool, self.run_id, self.unsaved)
+                self.unsaved = []
                 if not self.turn.released:  # the database was away when the turn ended
-                    await chat_store.release_chat_run(self._pool, self.chat_id, self.run_id)
+                    await chat_store.release_chat_run(self.pool, self.chat_id, self.run_id)
                     self.turn.released = True
                 return
             except psycopg.errors.ForeignKeyViolation:
@@ -151,58 +152,22 @@ class TurnJob:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _flush(self) -> None:
-        if not self._unsaved:
-            return
-        batch = self._unsaved
-        self._unsaved = []
+    async def renew_claim(self, now: float) -> None:
+        """Renew the job's claim on its chat (LEASE_RENEWALS times a lease); a claim lost
+        (another process took the chat over) or not renewable for a whole lease ends the turn
+        with an error."""
+        lease = self.turn.context.services.settings.chat_lease_seconds
         try:
-            await turn_store.append_events(self._pool, self.run_id, batch)
-        except psycopg.errors.ForeignKeyViolation:
-            return  # the turn is gone with its chat: nobody can read these any more
-        except BaseException:
-            self._unsaved = batch + self._unsaved  # written next time (duplicates are ignored)
-            raise
-
-    async def _tick(self, seconds: float) -> bool:
-        """Wait `seconds`; False once the turn has ended (at once, then)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ended.wait(), seconds)
-        return not self._ended.is_set()
-
-    async def _flush_every(self, seconds: float) -> None:
-        while await self._tick(seconds):
-            with contextlib.suppress(Exception):  # retried on the next tick
-                await self._flush()
-
-    async def _watch(self) -> None:
-        """Every WATCH_SECONDS: a Stop request (from any process)? Past the turn's deadline? And
-        LEASE_RENEWALS times a lease, the chat's claim renewed; a claim lost (another process took
-        the chat over) or not renewable for a whole lease ends the turn with an error."""
-        settings = self.turn.context.services.settings
-        lease = settings.chat_lease_seconds
-        started = renewed = time.monotonic()
-        while await self._tick(WATCH_SECONDS):
-            now = time.monotonic()
-            with contextlib.suppress(Exception):
-                if await turn_store.stop_requested(self._pool, self.run_id):
-                    log.info("Chat %s: stop requested", short_id(self.chat_id))
-                    return self.stop()
-            if now - started > settings.turn_deadline:
-                return self.stop(f"took longer than {settings.turn_deadline:g} s")
-            if now - renewed < lease / LEASE_RENEWALS:
-                continue
-            try:
-                claimed = await chat_store.claim_chat_run(
-                    self._pool, self.chat_id, self.run_id, lease, user_id=None
-                )
-            except Exception as error:
-                if now - renewed > lease:
-                    return self.stop("the database did not answer", str(error))
-                continue
-            if claimed is None:
-                return self.stop("another server took this chat over")
-            renewed = now
+            claimed = await chat_store.claim_chat_run(
+                self.pool, self.chat_id, self.run_id, lease, user_id=None
+            )
+        except Exception as error:
+            if now - self.renewed > lease:
+                self.stop("the database did not answer", str(error))
+            return
+        if claimed is None:
+            return self.stop("another server took this chat over")
+        self.renewed = now
 
 
 class TurnJobs:
@@ -210,6 +175,8 @@ class TurnJobs:
 
     def __init__(self) -> None:
         self._by_chat: dict[uuid.UUID, TurnJob] = {}
+        self.writing = asyncio.Lock()  # held while events taken from jobs are being stored
+        self._tender: asyncio.Task[None] | None = None
         _registries.add(self)
 
     async def start(self, turn: Turn) -> TurnJob:
@@ -233,7 +200,64 @@ class TurnJobs:
         job = TurnJob(turn, self)
         self._by_chat[job.chat_id] = job
         job.task = asyncio.create_task(job.run(), name=f"turn {short_id(job.chat_id)}")
+        if self._tender is None:
+            self._tender = asyncio.create_task(self._tend(), name="turn events")
         return job
+
+    def _writing_jobs(self) -> list[TurnJob]:
+        return [job for job in self._by_chat.values() if not job.ended]
+
+    async def _tend(self) -> None:
+        """While this process writes replies: every FLUSH_SECONDS, the new events of all of them
+        in one insert; every WATCH_SECONDS, one look for Stop requests (from any process) for all
+        of them, their deadlines, and the claims due for renewal. Ends when no reply is left
+        (`start` starts it again)."""
+        next_watch = time.monotonic() + WATCH_SECONDS
+        try:
+            while self._writing_jobs():
+                await asyncio.sleep(FLUSH_SECONDS)
+                with contextlib.suppress(Exception):  # retried on the next tick
+                    await self._flush()
+                if time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + WATCH_SECONDS
+                    await self._watch()
+        finally:
+            self._tender = None
+
+    async def _flush(self) -> None:
+        async with self.writing:
+            taken = [(job, job.unsaved) for job in self._writing_jobs() if job.unsaved]
+            if not taken:
+                return
+            for job, _ in taken:
+                job.unsaved = []
+            events = [(job.run_id, seq, event) for job, batch in taken for seq, event in batch]
+            try:
+                await turn_store.append_events(taken[0][0].pool, events)
+            except BaseException:
+                for job, batch in taken:  # stored next time (a pair stored already is ignored)
+                    job.unsaved = batch + job.unsaved
+                raise
+
+    async def _watch(self) -> None:
+        jobs = self._writing_jobs()
+        if not jobs:
+            return
+        with contextlib.suppress(Exception):
+            stopped = await turn_store.stopped_turns(jobs[0].pool, [job.run_id for job in jobs])
+            for job in jobs:
+                if job.run_id in stopped:
+                    log.info("Chat %s: stop requested", short_id(job.chat_id))
+                    job.stop()
+        now = time.monotonic()
+        renewals = []
+        for job in self._writing_jobs():
+            settings = job.turn.context.services.settings
+            if now - job.started > settings.turn_deadline:
+                job.stop(f"took longer than {settings.turn_deadline:g} s")
+            elif now - job.renewed >= settings.chat_lease_seconds / LEASE_RENEWALS:
+                renewals.append(job.renew_claim(now))
+        await asyncio.gather(*renewals)
 
     def running(self, chat_id: uuid.UUID) -> TurnJob | None:
         """The chat's reply this process is writing, if any."""
@@ -260,6 +284,8 @@ class TurnJobs:
         for job in jobs:
             job.stop()
         await asyncio.gather(*(job.task for job in jobs if job.task), return_exceptions=True)
+        if self._tender is not None:  # (it ends by itself at its next tick, with no job left)
+            await asyncio.gather(self._tender, return_exceptions=True)
 
 
 # Every TurnJobs of this process, for `settled` (tests: one app per test server, several servers).

@@ -4,9 +4,11 @@
 failed one too) it writes one row from LiteLLM's standard logging payload, so tokens and cost are
 computed once per call by LiteLLM (its offline cost map), never per streamed chunk. Calls that
 carry no step name (`generation_name` in their metadata, core/tracing.py's `trace_metadata`) are
-not the user's to count (the local model's warm-up at start-up) and are skipped. A failed write is
-logged and dropped: analytics never fail a reply. `call_row` is also what core/tracing.py records
-of a call.
+not the user's to count (the local model's warm-up at start-up) and are skipped. Rows are stored
+WRITE_SECONDS after the first of them, all in one round trip (a message makes two or three model
+calls, and a row each was two of its ~11 round trips); a server killed in between loses those
+rows. A failed write is logged and dropped: analytics never fail a reply. `call_row` is also what
+core/tracing.py records of a call.
 
 `usage()` answers `GET /api/usage`: per day (UTC, every day of the range, empty ones too), per
 model or per tool (from the replies' saved tool calls), with totals.
@@ -14,6 +16,7 @@ model or per tool (from the replies' saved tool calls), with totals.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from datetime import date
@@ -23,11 +26,12 @@ import litellm
 from litellm.integrations.custom_logger import CustomLogger
 from psycopg_pool import AsyncConnectionPool
 
-from core.statements import execute, fetch_all, fetch_one
+from core.statements import execute_many, fetch_all, fetch_one
 
 log = logging.getLogger("resolveai.usage")
 
 MAX_ERROR_CHARS = 500
+WRITE_SECONDS = 0.5  # how long a recorded call waits for others to be stored with it
 
 INSERT_SQL = """
 INSERT INTO model_calls (user_id, chat_id, role, model, fallback, step, prompt_tokens,
@@ -89,6 +93,11 @@ class UsageRecorder(CustomLogger):
     services opened last in this process (`start_recording`): one recorder, so no call is
     counted twice when tests open a second set of services beside the first."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows: list[dict[str, Any]] = []
+        self._writer: asyncio.Task[None] | None = None
+
     async def async_log_success_event(
         self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
     ) -> None:
@@ -103,10 +112,32 @@ class UsageRecorder(CustomLogger):
         row = call_row(kwargs, error)
         if row is None or not _pools:
             return
+        self._rows.append(row)
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_soon(), name="usage rows")
+
+    async def _write_soon(self) -> None:
+        await asyncio.sleep(WRITE_SECONDS)
+        self._writer = None
+        await self.write()
+
+    async def write(self) -> None:
+        """Store the calls recorded so far, in one round trip."""
+        rows, self._rows = self._rows, []
+        if not rows or not _pools:
+            return
         try:
-            await execute(_pools[-1], INSERT_SQL, row)
+            await execute_many(_pools[-1], INSERT_SQL, rows)
         except Exception as failure:
-            log.warning("Usage: a model call was not recorded (%s)", failure)
+            log.warning("Usage: %d model calls were not recorded (%s)", len(rows), failure)
+
+    async def close(self) -> None:
+        """Store what is waiting now (the services are closing)."""
+        if self._writer is not None:
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
+            self._writer = None
+        await self.write()
 
 
 _pools: list[AsyncConnectionPool] = []
@@ -119,7 +150,10 @@ def start_recording(pool: AsyncConnectionPool) -> None:
         litellm.callbacks.append(UsageRecorder())
 
 
-def stop_recording(pool: AsyncConnectionPool) -> None:
+async def stop_recording(pool: AsyncConnectionPool) -> None:
+    """Store the calls waiting to be written, then no longer record into `pool`'s database."""
+    for recorder in [c for c in litellm.callbacks if isinstance(c, UsageRecorder)]:
+        await recorder.close()
     if pool in _pools:
         _pools.remove(pool)
     if not _pools:

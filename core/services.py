@@ -89,7 +89,7 @@ class Services:
         if local is not None:
             await asyncio.to_thread(local.close)
         self.embedder.close()
-        stop_recording(self.database.pool)
+        await stop_recording(self.database.pool)
         await asyncio.to_thread(shutdown_tracing)  # sends what is buffered
         await self.database.close()
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from core.statements import Db, execute, fetch_all, fetch_one
@@ -81,27 +82,41 @@ async def wrote_research(db: Db, chat_id: uuid.UUID, message_id: uuid.UUID) -> b
     return row is not None
 
 
-# `(seq, event)` pairs of one turn; a pair stored already (a retried write) is left as it was.
+# `(run_id, seq, event)` triples of any turns, in one statement (a process stores the new events
+# of all the replies it is writing at once). A triple stored already (a retried write) is left as
+# it was; one whose turn is gone (its chat was deleted) is dropped: it cannot fail the others'.
 _INSERT_EVENTS = (
     "INSERT INTO turn_events (run_id, seq, event)"
-    " SELECT %(run)s, seq, event FROM unnest(%(seqs)s::int[], %(events)s::jsonb[])"
-    " AS e(seq, event) ON CONFLICT DO NOTHING"
+    " SELECT run_id, seq, event"
+    " FROM unnest(%(runs)s::uuid[], %(seqs)s::int[], %(events)s::jsonb[]) AS e(run_id, seq, event)"
+    " WHERE EXISTS (SELECT 1 FROM turns AS t WHERE t.run_id = e.run_id)"
+    " ON CONFLICT DO NOTHING"
 )
 
+Event = tuple[uuid.UUID, int, dict]  # a turn's run id, the event's number in it, the event
 
-def _events_params(run_id: uuid.UUID, events: Sequence[tuple[int, dict]]) -> dict[str, Any]:
+
+def _events_params(events: Sequence[Event]) -> dict[str, Any]:
     return {
-        "run": run_id,
-        "seqs": [seq for seq, _ in events],
-        "events": [Jsonb(event) for _, event in events],
+        "runs": [run_id for run_id, _, _ in events],
+        "seqs": [seq for _, seq, _ in events],
+        "events": [Jsonb(event) for _, _, event in events],
     }
 
 
-async def append_events(db: Db, run_id: uuid.UUID, events: Sequence[tuple[int, dict]]) -> None:
-    """Store `(seq, event)` pairs; a pair stored already (a retried write) is left as it was."""
+async def append_events(db: Db, events: Sequence[Event]) -> None:
+    """Store `(run_id, seq, event)` triples, of one turn or several (see `_INSERT_EVENTS`)."""
     if not events:
         return
-    await execute(db, _INSERT_EVENTS, _events_params(run_id, events))
+    # A chat deleted between the statement's look at `turns` and its insert fails it on the
+    # foreign key; the statement run again no longer sees that turn. A few tries, then the error.
+    for attempt in range(3):
+        try:
+            await execute(db, _INSERT_EVENTS, _events_params(events))
+            return
+        except psycopg.errors.ForeignKeyViolation:
+            if attempt == 2:
+                raise
 
 
 async def events_after(db: Db, run_id: uuid.UUID, after: int) -> list[tuple[int, dict]]:
@@ -137,10 +152,16 @@ async def request_stop(db: Db, chat_id: uuid.UUID) -> uuid.UUID | None:
     return row["run_id"] if row else None
 
 
-async def stop_requested(db: Db, run_id: uuid.UUID) -> bool:
-    """Whether the turn was asked to stop, or is gone (its chat was deleted)."""
-    row = await fetch_one(db, "SELECT stop_requested FROM turns WHERE run_id = %s", (run_id,))
-    return row is None or bool(row["stop_requested"])
+async def stopped_turns(db: Db, run_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these turns were asked to stop, or are gone (their chat was deleted): one
+    statement for all the replies a process is writing."""
+    rows = await fetch_all(
+        db,
+        "SELECT r.run_id FROM unnest(%s::uuid[]) AS r(run_id) LEFT JOIN turns AS t USING (run_id)"
+        " WHERE t.run_id IS NULL OR t.stop_requested",
+        (list(run_ids),),
+    )
+    return {row["run_id"] for row in rows}
 
 
 async def finish_turn(
@@ -157,7 +178,7 @@ async def finish_turn(
         " DELETE FROM turns AS t USING finished AS f"
         " WHERE t.chat_id = f.chat_id AND t.started_at < f.started_at AND t.run_id <> %(run)s"
         " AND t.finished_at IS NOT NULL",
-        _events_params(run_id, last_events),
+        {**_events_params([(run_id, seq, event) for seq, event in last_events]), "run": run_id},
     )
 
 

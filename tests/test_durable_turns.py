@@ -203,6 +203,44 @@ async def test_another_server_follows_and_stops_a_reply(client, second_server, m
     assert saved[1]["content"] == head + text_of(followed)
 
 
+async def test_replies_written_at_once_share_their_event_writes_and_stop_checks(
+    client, second_server, model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stores the new events of all the replies it is writing in one statement per
+    flush, and looks for Stop requests for all of them in one, rather than each reply on its own:
+    at 10 clients that was ~2 of a message's round trips. What they store is what streamed."""
+    model.responder = lambda _model, _messages: {"text": words(30), "delay": 0.03}
+    append, stopped = turn_store.append_events, turn_store.stopped_turns
+    writes: list[set[uuid.UUID]] = []
+    checks: list[set[uuid.UUID]] = []
+
+    async def counted_append(db: Any, events: list[tuple[uuid.UUID, int, dict]]) -> None:
+        writes.append({run_id for run_id, _, _ in events})
+        await append(db, events)
+
+    async def counted_stopped(db: Any, run_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        checks.append(set(run_ids))
+        return await stopped(db, run_ids)
+
+    monkeypatch.setattr(turn_store, "append_events", counted_append)
+    monkeypatch.setattr(turn_store, "stopped_turns", counted_stopped)
+    started = time.monotonic()
+    replies_sent = await asyncio.gather(*(send(client, f"Write {i}") for i in range(4)))
+    elapsed = time.monotonic() - started
+    await turn_jobs.settled()
+
+    assert [events[-1]["type"] for events in replies_sent] == ["done"] * 4
+    assert max(len(runs) for runs in writes) == 4  # one write held events of all four replies
+    assert max(len(runs) for runs in checks) == 4  # one look for a Stop covered all four
+    assert len(writes) <= elapsed / turn_jobs.FLUSH_SECONDS + 2, (len(writes), elapsed)
+    assert len(checks) <= elapsed / turn_jobs.WATCH_SECONDS + 2, (len(checks), elapsed)
+    for events in replies_sent:  # another server replays each reply from what was stored
+        chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
+        replayed = await follow(second_server, chat_id, after=0)
+        assert [e for _, e in replayed] == [e for e in events if e["type"] != "heartbeat"]
+        assert text_of(replayed) == words(30)
+
+
 async def test_a_question_and_its_turn_are_saved_by_one_statement(chat_services) -> None:
     pool = chat_services.database.pool
     chat = await chat_store.create_chat(pool, "one statement")
@@ -246,7 +284,9 @@ async def test_a_reply_whose_server_died_is_recovered_from_its_events(
         {"type": "sources", "sources": sources},
         {"type": "token", "text": " a time"},
     ]
-    await turn_store.append_events(pool, run_id, list(enumerate(written, start=1)))
+    await turn_store.append_events(
+        pool, [(run_id, seq, event) for seq, event in enumerate(written, start=1)]
+    )
     # While its claim holds, it is someone's live reply: nothing to recover, Stop is accepted.
     assert await recover_abandoned_turns(chat_services) == 0
     assert await turn_store.request_stop(pool, chat["chat_id"]) == run_id
@@ -280,7 +320,7 @@ async def test_start_up_recovers_what_a_dead_server_left(chat_services: Services
         pool, chat["chat_id"], run_id, -1, user_id=None
     )  # expired
     await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
-    await turn_store.append_events(pool, run_id, [(1, {"type": "token", "text": "Hi"})])
+    await turn_store.append_events(pool, [(run_id, 1, {"type": "token", "text": "Hi"})])
     async with serve_app(create_app(services=chat_services)):  # its start-up recovers it
         reply = await chat_store.reply_of_run(pool, run_id)
     assert reply is not None and (reply["status"], reply["content"]) == ("interrupted", "Hi")
@@ -302,7 +342,9 @@ async def test_a_research_report_whose_server_died_keeps_its_parts_written(
         {"type": "draft", "text": "# Two things?\n\n## Not finished"},
         {"type": "draft", "text": "# Two things?\n\n## One\n\nThe first answer."},
     ]
-    await turn_store.append_events(pool, run_id, list(enumerate(written, start=1)))
+    await turn_store.append_events(
+        pool, [(run_id, seq, event) for seq, event in enumerate(written, start=1)]
+    )
     assert await recover_abandoned_turns(chat_services) == 1
     reply = await chat_store.reply_of_run(pool, run_id)
     assert reply is not None and reply["status"] == "interrupted"

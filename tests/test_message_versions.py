@@ -217,8 +217,11 @@ async def test_a_continued_reply_whose_server_died_keeps_its_first_part(
     )  # expired at once
     assert await chat_store.resume_reply(pool, chat["chat_id"], stopped["message_id"], run_id)
     await turn_store.create_turn(pool, run_id, chat["chat_id"], question["message_id"])
-    tokens = [(1, {"type": "token", "text": "One"}), (2, {"type": "token", "text": ", two"})]
-    await turn_store.append_events(pool, run_id, tokens)
+    tokens = [
+        (run_id, 1, {"type": "token", "text": "One"}),
+        (run_id, 2, {"type": "token", "text": ", two"}),
+    ]
+    await turn_store.append_events(pool, tokens)
     assert await recover_turn(chat_services, run_id)
     saved = await chat_store.list_messages(pool, chat["chat_id"])
     assert [(m["content"], m["status"]) for m in saved[1:]] == [("One, two", "interrupted")]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from core import chat_store, tracing
+from core import chat_store, model_calls, tracing
 from core.accounts import LOCAL_USER_ID
 from core.config import Settings
 from core.services import Services
@@ -105,6 +105,27 @@ async def test_each_model_call_is_recorded_and_reported(client, model, chat_serv
     used = {g["key"]: g for g in tools["groups"]}
     assert used["calculator"]["calls"] >= 1 and used["web_search"]["calls"] >= 1
     assert used["calculator"]["duration_p50_ms"] is not None
+
+
+async def test_the_calls_of_a_message_are_stored_together(
+    client, model, chat_services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row a call was two of a message's ~11 round trips: the calls recorded within
+    WRITE_SECONDS of each other are stored in one."""
+    written: list[int] = []
+    execute_many = model_calls.execute_many
+
+    async def counted(db: Any, query: str, rows: list[dict[str, Any]]) -> None:
+        written.append(len(rows))
+        await execute_many(db, query, rows)
+
+    monkeypatch.setattr(model_calls, "execute_many", counted)
+    model.push(*calculator_then_search("6 * 7", "Warsaw population", "About 1.7 million[1]."))
+    events = await send(client, "How many people live in Warsaw? And what is 6 times 7?")
+    assert events[-1]["type"] == "done"
+    rows = await rows_of(chat_services, events[0]["chat_id"], STEPS)
+    assert sum(written) >= len(rows) >= len(STEPS)
+    assert len(written) < len(STEPS), written  # not a write per call
 
 
 async def test_a_fallback_and_the_failed_attempt_are_both_recorded(
