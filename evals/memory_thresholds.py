@@ -13,6 +13,10 @@ Questions about something else entirely (SQuAD questions about five Wikipedia ar
 check in the app's own form: hand-written questions about a user against hand-written third-person
 facts (tests/data/memory_pairs.json).
 
+SUPERSEDE_SIMILARITY and UPDATE_SIMILARITY (how like the memory it names a fact must be to close or
+overwrite it): hand-written changes and refinements of a fact against pairs of unrelated facts about
+one user, from the same file.
+
 DUPLICATE_SIMILARITY (save_memory refuses a memory this similar to a stored one): paraphrases of one
 fact and pairs of different facts on the same topic, both hand-written in
 tests/data/memory_pairs.json, plus real distinct facts: each LoCoMo evidence turn (a turn some
@@ -81,6 +85,9 @@ class HandWritten:
     paraphrases: list[list[str]]
     distinct: list[list[str]]
     queries: list[list[str]]  # (question, the fact answering it)
+    changes: list[list[str]]  # (a fact, what it became: a supersede)
+    updates: list[list[str]]  # (a fact, the same fact made more precise: an update)
+    unrelated: list[str]  # facts about one user, each pair about different things
 
     @property
     def facts(self) -> list[str]:
@@ -115,7 +122,14 @@ def load_squad_questions() -> list[str]:
 
 def load_hand_written() -> HandWritten:
     data = json.loads(PAIRS_FILE.read_text("utf-8"))
-    return HandWritten(data["paraphrases"], data["distinct"], data["queries"])
+    return HandWritten(
+        data["paraphrases"],
+        data["distinct"],
+        data["queries"],
+        data["changes"],
+        data["updates"],
+        data["unrelated"],
+    )
 
 
 async def embed_queries(embedder: Embedder, texts: list[str]) -> np.ndarray:
@@ -407,6 +421,46 @@ def report_duplicates(data: DuplicateData, own: HandWritten) -> float:
     return recommended
 
 
+# --- supersede and update ---------------------------------------------------------------------
+
+
+async def report_related(embedder: Embedder, own: HandWritten) -> None:
+    """How like the memory it names a fact must be to close it (SUPERSEDE_SIMILARITY) or to
+    overwrite it (UPDATE_SIMILARITY): every hand-written change and update must pass, and as few
+    pairs of unrelated facts as that allows."""
+    changes = await pair_similarities(embedder, own.changes)
+    updates = await pair_similarities(embedder, own.updates)
+    pairs = [[a, b] for i, a in enumerate(own.unrelated) for b in own.unrelated[i + 1 :]]
+    unrelated = await pair_similarities(embedder, pairs)
+    supersede, update = memory_store.SUPERSEDE_SIMILARITY, memory_store.UPDATE_SIMILARITY
+    print("## SUPERSEDE_SIMILARITY and UPDATE_SIMILARITY\n")
+    print(PERCENTILE_HEADER)
+    for name, values in (
+        ("a fact → what it became (hand-written changes)", changes),
+        ("a fact → the same fact made more precise (updates)", updates),
+        ("unrelated facts about one user (every pair)", unrelated),
+    ):
+        print(percentiles_row(name, values))
+    print(
+        "\n| threshold | changes that can close their fact | updates that can overwrite theirs"
+        " | unrelated pairs that cannot touch each other |\n|---:|---:|---:|---:|"
+    )
+    for t in sorted({*np.round(np.arange(0.20, 0.66, 0.05), 2).tolist(), supersede, update}):
+        current = " (SUPERSEDE)" * (t == supersede) + " (UPDATE)" * (t == update)
+        print(
+            f"| {t:.2f}{current} | {share_at_least(changes, t):.1%}"
+            f" | {share_at_least(updates, t):.1%} | {1 - share_at_least(unrelated, t):.1%} |"
+        )
+    print("\nUnrelated pairs that could close each other (most alike first):\n")
+    for s, (a, b) in sorted(zip(unrelated, pairs, strict=True), reverse=True)[:5]:
+        print(f"- {s:.3f}: {a!r} / {b!r}")
+    print(
+        f"\nRule: every change ≥ SUPERSEDE_SIMILARITY (lowest {changes.min():.3f};"
+        f" core/memory_store.py has {supersede:.2f}), every update ≥ UPDATE_SIMILARITY (lowest"
+        f" {updates.min():.3f}; it has {update:.2f}).\n"
+    )
+
+
 async def main() -> int:
     if not datasets.LOCOMO_FILE.exists():
         print(f"No evaluation data in {datasets.EVALDATA} (set EVALDATA_DIR)", file=sys.stderr)
@@ -422,6 +476,7 @@ async def main() -> int:
         report_floor(floor, conversations, len(offtopic_questions), own)
         duplicates = await measure_duplicates(embedder, conversations, turn_vectors, own)
         report_duplicates(duplicates, own)
+        await report_related(embedder, own)
     return 0
 
 
