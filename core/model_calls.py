@@ -113,7 +113,9 @@ class UsageRecorder(CustomLogger):
         if row is None or not _pools:
             return
         self._rows.append(row)
-        if self._writer is None:
+        writer = self._writer
+        # (A writer of another event loop, one a test closed, would never run.)
+        if writer is None or writer.done() or writer.get_loop() is not asyncio.get_running_loop():
             self._writer = asyncio.create_task(self._write_soon(), name="usage rows")
 
     async def _write_soon(self) -> None:
@@ -133,10 +135,10 @@ class UsageRecorder(CustomLogger):
 
     async def close(self) -> None:
         """Store what is waiting now (the services are closing)."""
-        if self._writer is not None:
-            self._writer.cancel()
-            await asyncio.gather(self._writer, return_exceptions=True)
-            self._writer = None
+        writer, self._writer = self._writer, None
+        if writer is not None and writer.get_loop() is asyncio.get_running_loop():
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
         await self.write()
 
 
