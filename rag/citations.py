@@ -70,8 +70,10 @@ class CitationNormalizer:
 
 
 # Where a sentence ends: its final marks (with closing quotes or brackets) and the space after
-# them, or a line break (a list item or a line of its own is a sentence too).
-_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]»”’]*\s+|[ \t]*\n\s*")
+# them, when what follows does not go on with a digit or a lower-case letter (the period of "c.
+# 1,300,000" or "e.g. the" ends nothing), or a line break (a list item or a line of its own is a
+# sentence too).
+_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]»”’]*(?:\s+(?=[^\s\da-z]|\Z)|[ \t]*(?=\n))|[ \t]*\n\s*")
 # A possible sentence end at the end of the text so far: what follows decides.
 _PENDING_END = re.compile(r"(?:[.!?…]+[\"')\]»”’]*)?\s*\Z")
 _FINAL_MARKS = re.compile(r"[.!?…]+[\"')\]»”’]*\s*\Z")

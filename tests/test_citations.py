@@ -52,7 +52,8 @@ def test_a_research_part_cites_only_the_sources_it_read() -> None:
 WARSAW = (
     "Warsaw is the capital and largest city of Poland. It stands on the Vistula River in "
     "east-central Poland. Its population is estimated at 1.740 million residents within a "
-    "greater metropolitan area of 2.666 million residents."
+    "greater metropolitan area of 2.666 million residents. In 1939, c. 1,300,000 people lived in "
+    "Warsaw."
 )
 WATT = (
     "James Watt developed an improved version of Newcomen's engine, with a separate condenser. "
@@ -65,6 +66,11 @@ SUPPORTED = [
         "About 1.740 million people live in Warsaw. James Watt developed the separate condenser.",
         "About 1.740 million people live in Warsaw [1]. James Watt developed the separate "
         "condenser [2].",
+    ),
+    # A period after an abbreviation ends no sentence: nothing is cited after "c" or "e.g".
+    (
+        "In 1939, c. 1,300,000 people lived in Warsaw, e.g. in its centre.",
+        "In 1939, c. 1,300,000 people lived in Warsaw, e.g. in its centre [1].",
     ),
     # A list item, and a last sentence with no final mark.
     (
