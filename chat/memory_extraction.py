@@ -10,7 +10,9 @@ operations constrained to `MEMORY_OPERATIONS_SCHEMA`:
 - `supersede`: the user changed it (the old memory is closed, the new one current; both kept).
 
 An `update` or `supersede` naming a memory about something else (core/memory_store.py's `Unlike`)
-is stored as an `add`: a model that picked the wrong number cannot overwrite or close a fact.
+is stored as an `add`: a model that picked the wrong number cannot overwrite or close a fact. An
+`update` that drops a meaningful word of the memory it names (`refines`) is a change, stored as a
+`supersede` (with the update's similarity bar): an update would lose the old fact's text.
 
 The quote of each fact is the exact span of the cited sentences, so it is the user's own words by
 construction, and core/memory_store.py checks it again before anything is written. Bad output
@@ -30,12 +32,13 @@ from typing import Any
 from core import chat_store, memory_store, tracing
 from core.grounding import (
     best_supporting_sentence,
+    content_words,
     numbered_sentences,
     sentence_span,
     shares_a_word,
     told_by,
 )
-from core.memory_search import retrieve_memories
+from core.memory_search import RetrievedMemory, retrieve_memories
 from core.preferences import with_defaults
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
 from core.services import Services
@@ -152,18 +155,18 @@ async def _extract(
         result.refused.append(f"bad output: {error}")
         return
     for operation in operations:
-        await _apply(services, message, operation, [m.memory_id for m in known], result)
+        await _apply(services, message, operation, known, result)
 
 
 async def _apply(
     services: Services,
     message: dict[str, Any],
     operation: dict[str, Any],
-    known_ids: list[uuid.UUID],
+    known: list[RetrievedMemory],
     result: ExtractionResult,
 ) -> None:
     """One operation of the model's on the user's memories (`message`: the user message read,
-    as `chat_store.user_message_in_context` gives it)."""
+    as `chat_store.user_message_in_context` gives it; `known`: the memories it was shown)."""
     pool, embedder = services.database.pool, services.embedder
     message_id, text = message["message_id"], message["content"]
     kind, fact = operation.get("op"), operation.get("fact")
@@ -183,14 +186,20 @@ async def _apply(
     if quote is None:
         _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
         return
-    target = _known_memory(operation.get("memory"), known_ids)
+    target = _known_memory(operation.get("memory"), known)
     if kind != "add" and target is None:
         kind = "add"  # a bad memory number: the fact is still the user's, store it as new
+    like = memory_store.SUPERSEDE_SIMILARITY
+    if kind == "update" and target is not None and not refines(fact, target.content):
+        # Not the same fact made more precise but a change ("tea" → "coffee", which the local
+        # model called an update): the old one is closed and kept, not overwritten. As alike as
+        # an update must be, though: the model said it was the same fact.
+        kind, like = "supersede", memory_store.UPDATE_SIMILARITY
     try:
-        if kind == "update":
+        if kind == "update" and target is not None:
             row = await memory_store.update_memory(
-                pool, embedder, target, user_id=message["user_id"], content=fact, quote=quote,
-                message_id=message_id, only_if_like=True,
+                pool, embedder, target.memory_id, user_id=message["user_id"], content=fact,
+                quote=quote, message_id=message_id, only_if_like=True,
             )  # fmt: skip
             if row is not None:
                 result.updated.append(row)
@@ -198,12 +207,13 @@ async def _apply(
             return
         saved = await memory_store.save_grounded_memory(
             pool, embedder, fact, quote, message_id,
-            supersedes=target if kind == "supersede" else None,
+            supersedes=target.memory_id if target is not None and kind == "supersede" else None,
+            like=like,
         )  # fmt: skip
     except memory_store.Unlike as error:
         # The model named the wrong memory: the fact is still the user's, the memory stays.
         log.info("Memory: %r is unlike the memory it names (%s), saved as a new one", fact, error)
-        await _apply(services, message, {**operation, "op": "add"}, known_ids, result)
+        await _apply(services, message, {**operation, "op": "add"}, known, result)
         return
     except (memory_store.NotGrounded, ValueError) as error:
         _refuse(result, fact, str(error))
@@ -220,12 +230,19 @@ async def _apply(
         log.info("Memory: saved %r (quote %r)", saved.memory["content"], saved.memory["quote"])
 
 
-def _known_memory(reference: Any, known_ids: list[uuid.UUID]) -> uuid.UUID | None:
+def _known_memory(reference: Any, known: list[RetrievedMemory]) -> RetrievedMemory | None:
     match = _MEMORY_NUMBER.fullmatch(str(reference or "").strip())
     if match is None:
         return None
     number = int(match.group(1))
-    return known_ids[number - 1] if 1 <= number <= len(known_ids) else None
+    return known[number - 1] if 1 <= number <= len(known) else None
+
+
+def refines(fact: str, known: str) -> bool:
+    """Whether `fact` is `known` made more precise: it keeps every meaningful word of it ("has a
+    dog" → "has a dog named Rex"). One that drops a word changed the fact ("tea" → "coffee"), or
+    narrowed it ("nuts" → "peanuts"), and is stored as a supersede, which keeps the old text."""
+    return content_words(known) <= content_words(fact)
 
 
 def _refuse(result: ExtractionResult, fact: str, why: str) -> None:

@@ -229,14 +229,16 @@ async def save_grounded_memory(
     quote: str,
     message_id: uuid.UUID,
     supersedes: uuid.UUID | None = None,
+    like: float = SUPERSEDE_SIMILARITY,
 ) -> SaveResult:
     """Store one fact with its evidence, unless a current memory already says the same.
 
     `quote` must be found in the user message `message_id` and be about the fact (see
     `_grounded_quote`); the span stored is the message's own text. With `supersedes`, that
     current memory is closed in the same transaction (valid_to now, superseded_by the new one),
-    and is not counted as a duplicate; Unlike (nothing written) when the fact is about something
-    else. Raises NotGrounded, or ValueError for an empty or too long fact.
+    and is not counted as a duplicate; Unlike (nothing written) when the fact is less similar to
+    it than `like` (about something else). Raises NotGrounded, or ValueError for an empty or too
+    long fact.
     """
     text = normalize_memory(content)
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -264,7 +266,7 @@ async def save_grounded_memory(
                 if nearest["memory_id"] != supersedes and similarity >= DUPLICATE_SIMILARITY:
                     return SaveResult(saved=False, memory=nearest, similarity=similarity)
             if supersedes is not None:
-                await _check_like(cur, supersedes, vector, message["user_id"], SUPERSEDE_SIMILARITY)
+                await _check_like(cur, supersedes, vector, message["user_id"], like)
             await cur.execute(
                 "INSERT INTO memories (content, quote, embedding, embed_model, source_chat_id,"
                 " source_message_id, user_id) VALUES (%(content)s, %(quote)s, %(vector)s,"

@@ -342,8 +342,15 @@ async def test_past_a_few_memories_only_those_that_fit_the_question_are_given(
     await extractions_done(chat_services)
 
 
+# "update" too: the local model called tea → coffee an update, which would have replaced the tea
+# memory's text and lost the history. An update that drops a word of the fact it names is a change.
+@pytest.mark.parametrize("op", ["supersede", "update"])
 async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_nothing(
-    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    chat_services: Services,
+    empty: None,
+    op: str,
 ) -> None:
     model.push({"text": "Tea it is."}, {"text": "Noted."}, {"text": "Coffee, then."})
     tea = {"op": "add", "fact": "The user drinks tea every morning.", "sentences": [1]}
@@ -360,7 +367,7 @@ async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_noth
         "memory",
         lambda _model, messages: ops(
             {
-                "op": "supersede",
+                "op": op,
                 "fact": "The user drinks coffee every morning.",
                 "sentences": [1],
                 "memory": known_number(messages, "tea"),
@@ -379,6 +386,31 @@ async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_noth
     ]
     # The extraction saw the assistant's reply before the message, as context.
     assert "Tea it is." in model.own_calls["memory"][-1]["messages"][-1]["content"]
+
+
+async def test_a_fact_made_more_precise_is_updated_in_place(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    dog = {"op": "add", "fact": "The user has a dog.", "sentences": [1]}
+    await tell(client, model, chat_services, "I have a dog.", dog)
+    model.push({"text": "Nice name."})
+    model.push_for(
+        "memory",
+        lambda _model, messages: ops(
+            {
+                "op": "update",
+                "fact": "The user has a dog named Rex.",
+                "sentences": [1],
+                "memory": known_number(messages, "dog"),
+            }
+        ),
+    )
+    await send(client, "I have a dog named Rex.")
+    await extractions_done(chat_services)
+    history = await memories(client, include_superseded="true")
+    assert [(m["content"], m["quote"]) for m in history] == [
+        ("The user has a dog named Rex.", "I have a dog named Rex.")
+    ]
 
 
 @pytest.mark.parametrize(
