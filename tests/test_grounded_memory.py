@@ -70,6 +70,19 @@ def known_number(messages: list[dict[str, Any]], fragment: str) -> str:
     raise AssertionError(f"{fragment!r} not among the known facts:\n{messages[-1]['content']}")
 
 
+def naming(op: str, fact: str, fragment: str, sentence: int) -> Any:
+    """A scripted extraction answering with one `op` of `fact` (told by the message's sentence
+    `sentence`) on the known memory containing `fragment`."""
+    return lambda _model, messages: ops(
+        {
+            "op": op,
+            "fact": fact,
+            "sentences": [sentence],
+            "memory": known_number(messages, fragment),
+        }
+    )
+
+
 async def memories(client: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:
     response = await client.get("/api/memories", params=params)
     assert response.status_code == 200, response.text
@@ -257,17 +270,7 @@ async def test_newcomer_states_facts_and_later_chats_know_them(
 
     # The user moves: the Lisbon memory is closed, not overwritten.
     model.push({"text": "Porto is lovely."})
-    model.push_for(
-        "memory",
-        lambda _model, messages: ops(
-            {
-                "op": "supersede",
-                "fact": "The user lives in Porto.",
-                "sentences": [1],
-                "memory": known_number(messages, "Lisbon"),
-            }
-        ),
-    )
+    model.push_for("memory", naming("supersede", "The user lives in Porto.", "Lisbon", 1))
     await send(client, "I moved to Porto last month, actually I live in Porto now.")
     await extractions_done(chat_services)
     current = {m["content"]: m for m in await memories(client)}
@@ -363,17 +366,7 @@ async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_noth
     await extractions_done(chat_services)
     assert [m["content"] for m in await memories(client)] == ["The user drinks tea every morning."]
 
-    model.push_for(
-        "memory",
-        lambda _model, messages: ops(
-            {
-                "op": op,
-                "fact": "The user drinks coffee every morning.",
-                "sentences": [1],
-                "memory": known_number(messages, "tea"),
-            }
-        ),
-    )
+    model.push_for("memory", naming(op, "The user drinks coffee every morning.", "tea", 1))
     await send(client, "I switched to coffee in the mornings.", chat_id=chat_id)
     await extractions_done(chat_services)
     assert [m["content"] for m in await memories(client)] == [
@@ -394,17 +387,7 @@ async def test_a_fact_made_more_precise_is_updated_in_place(
     dog = {"op": "add", "fact": "The user has a dog.", "sentences": [1]}
     await tell(client, model, chat_services, "I have a dog.", dog)
     model.push({"text": "Nice name."})
-    model.push_for(
-        "memory",
-        lambda _model, messages: ops(
-            {
-                "op": "update",
-                "fact": "The user has a dog named Rex.",
-                "sentences": [1],
-                "memory": known_number(messages, "dog"),
-            }
-        ),
-    )
+    model.push_for("memory", naming("update", "The user has a dog named Rex.", "dog", 1))
     await send(client, "I have a dog named Rex.")
     await extractions_done(chat_services)
     history = await memories(client, include_superseded="true")
@@ -436,17 +419,7 @@ async def test_an_extraction_cannot_overwrite_or_close_an_unrelated_memory(
     name = {"op": "add", "fact": "The user's name is Dana.", "sentences": [1]}
     await tell(client, model, chat_services, "My name is Dana.", name)
     model.push({"text": "Noted."})
-    model.push_for(
-        "memory",
-        lambda _model, messages: ops(
-            {
-                "op": op,
-                "fact": fact,
-                "sentences": [2],
-                "memory": known_number(messages, "Dana"),
-            }
-        ),
-    )
+    model.push_for("memory", naming(op, fact, "Dana", 2))
     await send(client, f"Dana here again. {said}")
     await extractions_done(chat_services)
     current = {m["content"]: m for m in await memories(client)}
