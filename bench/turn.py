@@ -83,13 +83,14 @@ import psycopg._cursor_base
 import psycopg._server_cursor_base
 import psycopg.generators
 from fastapi import FastAPI, Response
+from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from bench.turn_client import MESSAGE
 from chat import summary
 from chat.memory_worker import MemoryWorker
-from core import memory_jobs, memory_store
+from core import memory_jobs, memory_store, model_calls
 from core.config import PROJECT_ROOT, load_settings
 from core.llm_router import provider_handler, register_provider
 from core.logs import configure_logging
@@ -593,8 +594,9 @@ class Bench:
         return phase
 
     async def memory_jobs_done(self) -> None:
-        """Wait for the summary folds and memory extractions started so far. They run after each
-        reply, in this process: their work belongs to the phase that caused it, not the next."""
+        """Wait for the summary folds, memory extractions and usage rows started so far. They run
+        after each reply, in this process: their work belongs to the phase that caused it, not the
+        next."""
         token = _UNCOUNTED.set(True)
         try:
             await summary.settled()  # (the folds' own round trips are counted: not this task's)
@@ -604,6 +606,10 @@ class Bench:
                 await memory_jobs.pending(self.services.database.pool) or not self.worker.settled
             ):
                 await asyncio.sleep(0.01)
+            # Every call's LiteLLM callback run, then its usage row stored (by the writer's own
+            # task: counted).
+            await GLOBAL_LOGGING_WORKER.flush()
+            await model_calls.written()
         finally:
             _UNCOUNTED.reset(token)
 

@@ -97,6 +97,7 @@ class UsageRecorder(CustomLogger):
         super().__init__()
         self._rows: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._hurry: asyncio.Future[None] | None = None  # set: the writer stops waiting
 
     async def async_log_success_event(
         self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
@@ -119,9 +120,19 @@ class UsageRecorder(CustomLogger):
             self._writer = asyncio.create_task(self._write_soon(), name="usage rows")
 
     async def _write_soon(self) -> None:
-        await asyncio.sleep(WRITE_SECONDS)
+        self._hurry = hurry = asyncio.get_running_loop().create_future()
+        await asyncio.wait([hurry], timeout=WRITE_SECONDS)
         self._writer = None
         await self.write()
+
+    async def written(self) -> None:
+        """Wait until the calls recorded so far are stored, by the writer (its own task)."""
+        writer = self._writer
+        if writer is None or writer.get_loop() is not asyncio.get_running_loop():
+            return
+        if self._hurry is not None and not self._hurry.done():
+            self._hurry.set_result(None)
+        await asyncio.gather(writer, return_exceptions=True)
 
     async def write(self) -> None:
         """Store the calls recorded so far, in one round trip."""
@@ -150,6 +161,13 @@ def start_recording(pool: AsyncConnectionPool) -> None:
     _pools.append(pool)
     if not any(isinstance(c, UsageRecorder) for c in litellm.callbacks):
         litellm.callbacks.append(UsageRecorder())
+
+
+async def written() -> None:
+    """Wait until the model calls recorded so far are stored (a benchmark's phase ends: their
+    round trip belongs to it)."""
+    for recorder in [c for c in litellm.callbacks if isinstance(c, UsageRecorder)]:
+        await recorder.written()
 
 
 async def stop_recording(pool: AsyncConnectionPool) -> None:
