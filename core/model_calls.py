@@ -33,12 +33,15 @@ log = logging.getLogger("resolveai.usage")
 MAX_ERROR_CHARS = 500
 WRITE_SECONDS = 0.5  # how long a recorded call waits for others to be stored with it
 
+# A row of a user deleted meanwhile (its usage goes with the account) is not written: it would fail
+# the rows stored with it.
 INSERT_SQL = """
 INSERT INTO model_calls (user_id, chat_id, role, model, fallback, step, prompt_tokens,
                          completion_tokens, cost, latency_ms, ttft_ms, error)
 SELECT coalesce(%(user)s, (SELECT user_id FROM chats WHERE chat_id = %(chat)s)), %(chat)s,
        %(role)s, %(model)s, %(fallback)s, %(step)s, %(prompt_tokens)s, %(completion_tokens)s,
        %(cost)s, %(latency_ms)s, %(ttft_ms)s, %(error)s
+WHERE %(user)s::uuid IS NULL OR EXISTS (SELECT 1 FROM users WHERE user_id = %(user)s)
 """
 
 # The figures of a set of calls (`c`), as every grouping and the totals report them.

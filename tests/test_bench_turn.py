@@ -78,8 +78,9 @@ async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Servi
     # One message, the work it leaves behind included (the breakdown takes the fewest of three).
     # What needs no statement of its own: the turn row (saved with the question), the chat row
     # (read with the history), the user's preferences (read by the claim and by the memory job).
-    # Then a usage row per model call, when the recorder runs (the app starts it; a test before
-    # this one may have), and a summary fold when one is due (its own read of the history).
+    # Then the usage rows of its model calls, in one write, when the recorder runs (the app
+    # starts it; a test before this one may have), and a summary fold when one is due (its own
+    # read of the history).
     assert 5 <= sum(report.breakdown.values()) <= 25
     separate = ("turn_store.create_turn", "chat_store.get_chat", "preferences.get_preferences")
     assert not [label for label in report.breakdown if any(name in label for name in separate)]

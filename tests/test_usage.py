@@ -21,7 +21,7 @@ from core import chat_store, model_calls, tracing
 from core.accounts import LOCAL_USER_ID
 from core.config import Settings
 from core.services import Services
-from core.statements import fetch_all
+from core.statements import execute_many, fetch_all
 from tests.chat_client import send
 from tests.test_web_search import calculator_then_search, pages_dir, web_services  # noqa: F401
 
@@ -126,6 +126,22 @@ async def test_the_calls_of_a_message_are_stored_together(
     rows = await rows_of(chat_services, events[0]["chat_id"], STEPS)
     assert sum(written) >= len(rows) >= len(STEPS)
     assert len(written) < len(STEPS), written  # not a write per call
+
+
+async def test_a_row_of_a_deleted_user_does_not_fail_the_rows_stored_with_it(
+    chat_services: Services,
+) -> None:
+    """Rows wait to be stored together: one of a user deleted meanwhile (their usage went with
+    the account) is left out, and the others are stored."""
+    step = f"stored together {uuid.uuid4()}"
+    row = {"chat": None, "role": "chat", "model": "scripted/chat", "fallback": False,
+           "step": step, "prompt_tokens": 1, "completion_tokens": 1, "cost": 0.0,
+           "latency_ms": 5, "ttft_ms": None, "error": None}  # fmt: skip
+    pool = chat_services.database.pool
+    rows = [{**row, "user": uuid.uuid4()}, {**row, "user": LOCAL_USER_ID}]
+    await execute_many(pool, model_calls.INSERT_SQL, rows)
+    stored = await fetch_all(pool, "SELECT user_id FROM model_calls WHERE step = %s", (step,))
+    assert [r["user_id"] for r in stored] == [LOCAL_USER_ID]
 
 
 async def test_a_fallback_and_the_failed_attempt_are_both_recorded(
