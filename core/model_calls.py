@@ -5,7 +5,7 @@ failed one too) it writes one row from LiteLLM's standard logging payload, so to
 computed once per call by LiteLLM (its offline cost map), never per streamed chunk. Calls that
 carry no step name (`generation_name` in their metadata, core/tracing.py's `trace_metadata`) are
 not the user's to count (the local model's warm-up at start-up) and are skipped. Rows are stored
-WRITE_SECONDS after the first of them, all in one round trip (a message makes two or three model
+WRITE_SECONDS after the first of them, all in one statement (a message makes two or three model
 calls, and a row each was two of its ~11 round trips); a server killed in between loses those
 rows. A failed write is logged and dropped: analytics never fail a reply. `call_row` is also what
 core/tracing.py records of a call.
@@ -24,24 +24,28 @@ from typing import Any
 
 import litellm
 from litellm.integrations.custom_logger import CustomLogger
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from core.statements import execute_many, fetch_all, fetch_one
+from core.statements import Db, execute, fetch_all, fetch_one
 
 log = logging.getLogger("resolveai.usage")
 
 MAX_ERROR_CHARS = 500
 WRITE_SECONDS = 0.5  # how long a recorded call waits for others to be stored with it
 
-# A row of a user deleted meanwhile (its usage goes with the account) is not written: it would fail
-# the rows stored with it.
+# The rows of several calls in one statement (a JSON array of `call_row`s). A row of a user deleted
+# meanwhile (their usage went with the account) is left out: it would fail the others.
 INSERT_SQL = """
 INSERT INTO model_calls (user_id, chat_id, role, model, fallback, step, prompt_tokens,
                          completion_tokens, cost, latency_ms, ttft_ms, error)
-SELECT coalesce(%(user)s, (SELECT user_id FROM chats WHERE chat_id = %(chat)s)), %(chat)s,
-       %(role)s, %(model)s, %(fallback)s, %(step)s, %(prompt_tokens)s, %(completion_tokens)s,
-       %(cost)s, %(latency_ms)s, %(ttft_ms)s, %(error)s
-WHERE %(user)s::uuid IS NULL OR EXISTS (SELECT 1 FROM users WHERE user_id = %(user)s)
+SELECT coalesce(r."user", (SELECT user_id FROM chats WHERE chat_id = r.chat)), r.chat, r.role,
+       r.model, r.fallback, r.step, r.prompt_tokens, r.completion_tokens, r.cost, r.latency_ms,
+       r.ttft_ms, r.error
+FROM jsonb_to_recordset(%s) AS r("user" uuid, chat uuid, role text, model text, fallback boolean,
+     step text, prompt_tokens integer, completion_tokens integer, cost double precision,
+     latency_ms integer, ttft_ms integer, error text)
+WHERE r."user" IS NULL OR EXISTS (SELECT 1 FROM users AS u WHERE u.user_id = r."user")
 """
 
 # The figures of a set of calls (`c`), as every grouping and the totals report them.
@@ -138,12 +142,12 @@ class UsageRecorder(CustomLogger):
         await asyncio.gather(writer, return_exceptions=True)
 
     async def write(self) -> None:
-        """Store the calls recorded so far, in one round trip."""
+        """Store the calls recorded so far, in one statement."""
         rows, self._rows = self._rows, []
         if not rows or not _pools:
             return
         try:
-            await execute_many(_pools[-1], INSERT_SQL, rows)
+            await insert_calls(_pools[-1], rows)
         except Exception as failure:
             log.warning("Usage: %d model calls were not recorded (%s)", len(rows), failure)
 
@@ -181,6 +185,12 @@ async def stop_recording(pool: AsyncConnectionPool) -> None:
         _pools.remove(pool)
     if not _pools:
         litellm.callbacks = [c for c in litellm.callbacks if not isinstance(c, UsageRecorder)]
+
+
+async def insert_calls(db: Db, rows: list[dict[str, Any]]) -> None:
+    """Store `call_row`s, in one statement."""
+    as_json = [{k: str(v) if isinstance(v, uuid.UUID) else v for k, v in r.items()} for r in rows]
+    await execute(db, INSERT_SQL, (Jsonb(as_json),))
 
 
 def call_row(kwargs: dict[str, Any], error: str | None) -> dict[str, Any] | None:

@@ -64,10 +64,3 @@ async def execute(db: Db, query: str | sql.Composed, params: Any = None) -> int:
     async with transaction_for(db) as conn, conn.cursor() as cur:
         await cur.execute(query, params)
         return max(cur.rowcount, 0)
-
-
-async def execute_many(db: Db, query: str | sql.Composed, params_seq: list[Any]) -> None:
-    """Run one statement once per set of parameters, all in one round trip (psycopg pipelines
-    `executemany`)."""
-    async with transaction_for(db) as conn, conn.cursor() as cur:
-        await cur.executemany(query, params_seq)

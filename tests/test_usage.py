@@ -21,7 +21,7 @@ from core import chat_store, model_calls, tracing
 from core.accounts import LOCAL_USER_ID
 from core.config import Settings
 from core.services import Services
-from core.statements import execute_many, fetch_all
+from core.statements import fetch_all
 from tests.chat_client import send
 from tests.test_web_search import calculator_then_search, pages_dir, web_services  # noqa: F401
 
@@ -113,13 +113,13 @@ async def test_the_calls_of_a_message_are_stored_together(
     """A row a call was two of a message's ~11 round trips: the calls recorded within
     WRITE_SECONDS of each other are stored in one."""
     written: list[int] = []
-    execute_many = model_calls.execute_many
+    insert_calls = model_calls.insert_calls
 
-    async def counted(db: Any, query: str, rows: list[dict[str, Any]]) -> None:
+    async def counted(db: Any, rows: list[dict[str, Any]]) -> None:
         written.append(len(rows))
-        await execute_many(db, query, rows)
+        await insert_calls(db, rows)
 
-    monkeypatch.setattr(model_calls, "execute_many", counted)
+    monkeypatch.setattr(model_calls, "insert_calls", counted)
     model.push(*calculator_then_search("6 * 7", "Warsaw population", "About 1.7 million[1]."))
     events = await send(client, "How many people live in Warsaw? And what is 6 times 7?")
     assert events[-1]["type"] == "done"
@@ -139,7 +139,7 @@ async def test_a_row_of_a_deleted_user_does_not_fail_the_rows_stored_with_it(
            "latency_ms": 5, "ttft_ms": None, "error": None}  # fmt: skip
     pool = chat_services.database.pool
     rows = [{**row, "user": uuid.uuid4()}, {**row, "user": LOCAL_USER_ID}]
-    await execute_many(pool, model_calls.INSERT_SQL, rows)
+    await model_calls.insert_calls(pool, rows)
     stored = await fetch_all(pool, "SELECT user_id FROM model_calls WHERE step = %s", (step,))
     assert [r["user_id"] for r in stored] == [LOCAL_USER_ID]
 
