@@ -152,6 +152,8 @@ class UI:
     async def open(self, hash_: str = "") -> None:
         await self.page.goto(self.url + "/" + hash_)
         await expect(self.page.locator("html.ready")).to_have_count(1)
+        # A chat being opened takes no message (Enter would be dropped): wait for it to load.
+        await expect(self.page.locator('#composer[aria-busy="true"]')).to_have_count(0)
 
     async def send(self, text: str) -> None:
         box = self.page.locator("#composer-input")
@@ -588,6 +590,7 @@ async def test_a_message_sent_while_the_summary_is_written_does_not_wait(
     try:
         await ui.open(f"#/chat/{chat_id}")
         await ui.send("One more question")
+        await expect(ui.assistant().locator(".markdown")).to_have_text("First reply.")
         await expect(ui.assistant()).to_have_attribute("data-status", "complete")
         await asyncio.wait_for(reached.wait(), 30)
         model.push({"text": "Second reply."})

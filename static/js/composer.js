@@ -99,6 +99,7 @@ export function createComposer({ onSend, onStop }) {
     },
     setLoading(value) {
       loading = value;
+      form.setAttribute("aria-busy", String(value)); // (tests wait on it before typing)
       refresh();
     },
     focus() {
