@@ -187,10 +187,10 @@ async def _apply(
         _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
         return
     target = _known_memory(operation.get("memory"), known)
-    if kind != "add" and target is None:
-        kind = "add"  # a bad memory number: the fact is still the user's, store it as new
     like = memory_store.SUPERSEDE_SIMILARITY
-    if kind == "update" and target is not None and not refines(fact, target.content):
+    if target is None:
+        kind = "add"  # no memory, or a bad number: the fact is still the user's, store it as new
+    elif kind == "update" and not refines(fact, target.content):
         # Not the same fact made more precise but a change ("tea" → "coffee", which the local
         # model called an update): the old one is closed and kept, not overwritten. As alike as
         # an update must be, though: the model said it was the same fact.

@@ -152,11 +152,10 @@ class UsageRecorder(CustomLogger):
             log.warning("Usage: %d model calls were not recorded (%s)", len(rows), failure)
 
     async def close(self) -> None:
-        """Store what is waiting now (the services are closing)."""
-        writer, self._writer = self._writer, None
-        if writer is not None and writer.get_loop() is asyncio.get_running_loop():
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
+        """Store what is waiting now (the services are closing). The writer is hurried, not
+        cancelled: cancelled in its insert, it would lose the rows it took."""
+        await self.written()
+        self._writer = None  # (one of a closed event loop never runs)
         await self.write()
 
 

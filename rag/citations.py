@@ -8,7 +8,8 @@ Small models copy their sources' sentences but seldom write the `[n]` (the local
 answers cited 1 source in 8 replies in the research eval). `SupportCitations` cites such a sentence
 itself, with the one source that states it: most of its meaningful words and every number it
 states are in that source's text. It holds back only a sentence's final marks until it sees what
-follows them.
+follows them, and citations opening a line ("[1] In 1939, …") until the end of their sentence, where
+they go.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ _PENDING_END = re.compile(r"(?:[.!?…]+[\"')\]»”’]*)?\s*\Z")
 _FINAL_MARKS = re.compile(r"[.!?…]+[\"')\]»”’]*\s*\Z")
 # A citation as normalized: `[n]` (its number, the group).
 CITATION = re.compile(r"\[(\d+)\]")
+# Citations opening a line or a list item ("[1] In 1939, …", as the local model wrote research
+# parts): the item's marker (group 1), the citations (group 2), the space after them.
+_LEADING_CITATIONS = re.compile(r"([-*+]?[ \t]*)((?:\[\d+\])*)[ \t]*")
+_ITEM_MARKER = re.compile(r"[-*+]?[ \t]*")
 # A sentence cited from a source shares at least this much of its meaningful words with it (and
 # at least two words: "Hi!" or "Yes." are in any page).
 MIN_SHARED_WORDS = 0.5
@@ -101,6 +106,9 @@ class SupportCitations:
         self._sentence = ""  # the current sentence, as shown so far
         self._held = ""  # its final marks and the space after them, until what follows shows
         self._in_code = False
+        self._line_start = True  # the current sentence opens a line
+        self._leading = ""  # the citations it opened with, held for its end (`_LEADING_CITATIONS`)
+        self._gap = ""  # the space after its list marker, until its text shows
 
     def feed(self, piece: str) -> str:
         return self._cite(self.normalizer.feed(piece), final=False)
@@ -115,17 +123,18 @@ class SupportCitations:
         for end in _SENTENCE_END.finditer(text):
             if end.end() == len(text) and not final:
                 break  # a citation may follow the mark ("…Poland. [1]"): wait for it
-            body = text[start : end.start()]
-            cited_after = CITATION.match(text, end.end())
-            citation = "" if cited_after else self._citation(self._sentence + body)
+            body = self._opening(text[start : end.start()])
+            cited_after = CITATION.match(text, end.end()) is not None
+            citation = self._citation(self._sentence + body, cited_after)
             shown.append(body + citation + end.group())
             self._sentence, start = "", end.end()
-        rest = text[start:]
+            self._line_start = "\n" in end.group()
+        rest = self._opening(text[start:])
         if final:
             marks = _FINAL_MARKS.search(rest)
             cut = marks.start() if marks else len(rest)
             shown.append(rest[:cut] + self._citation(self._sentence + rest[:cut]) + rest[cut:])
-            self._sentence = ""
+            self._sentence, self._line_start = "", True
         else:
             pending = _PENDING_END.search(rest)
             cut = pending.start() if pending else len(rest)
@@ -134,10 +143,38 @@ class SupportCitations:
             self._held = rest[cut:]
         return "".join(shown)
 
-    def _citation(self, sentence: str) -> str:
-        """ " [n]" for the source that states `sentence`, else ""."""
+    def _opening(self, text: str) -> str:
+        """`text` (of the current sentence) without the citations opening it, if it opens a line:
+        those are held in `_leading` for the sentence's end."""
+        if not self._line_start or self._in_code or not _ITEM_MARKER.fullmatch(self._sentence):
+            return text
+        match = _LEADING_CITATIONS.match(text)
+        if match is None or not (match.group(2) or self._leading):
+            return text
+        marker = ""  # spaces around held citations go, but a list item's space goes on
+        if not self._leading:
+            marker = match.group(1).rstrip(" \t")
+            self._gap = match.group(1)[len(marker) :]
+        self._leading += match.group(2)
+        rest = text[match.end() :]
+        if rest:
+            rest, self._gap = self._gap + rest, ""
+        return marker + rest
+
+    def _citation(self, sentence: str, cited_after: bool = False) -> str:
+        """What goes at the end of `sentence`: the citations it opened with, else (if it cites
+        nothing, and no citation follows its end) " [n]" for the source that states it, else
+        ""."""
         fences = sentence.count("```")
         in_code, self._in_code = self._in_code, self._in_code != (fences % 2 == 1)
+        leading, self._leading, self._gap = self._leading, "", ""
+        if leading:
+            if not sentence.strip():
+                return leading
+            own = set(CITATION.findall(sentence))
+            return "" if set(CITATION.findall(leading)) <= own else f" {leading}"
+        if cited_after:
+            return ""
         line = sentence.lstrip()
         if (
             in_code

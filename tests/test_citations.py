@@ -77,6 +77,15 @@ SUPPORTED = [
         "- Watt's engine used 75% less coal\n- Warsaw stands on the Vistula",
         "- Watt's engine used 75% less coal [2]\n- Warsaw stands on the Vistula [1]",
     ),
+    # A line (or list item) opened with its citations, as the local model wrote research parts:
+    # they go after the fact, like every other citation.
+    ("[1] Warsaw is the capital of Poland.", "Warsaw is the capital of Poland [1]."),
+    (
+        "## Warsaw\n[1][2] In 1939, c. 1,300,000 people lived in Warsaw. It is big.\n"
+        "- [2] Watt's engine used 75% less coal\n* [1]Warsaw stands on the Vistula [1].",
+        "## Warsaw\nIn 1939, c. 1,300,000 people lived in Warsaw [1][2]. It is big.\n"
+        "- Watt's engine used 75% less coal [2]\n* Warsaw stands on the Vistula [1].",
+    ),
 ]
 LEFT_AS_WRITTEN = [
     # Cited by the model, its number after the mark included.

@@ -152,7 +152,8 @@ class UI:
     async def open(self, hash_: str = "") -> None:
         await self.page.goto(self.url + "/" + hash_)
         await expect(self.page.locator("html.ready")).to_have_count(1)
-        # A chat being opened takes no message (Enter would be dropped): wait for it to load.
+        # A message sent while a chat opens waits for its messages: wait for them, so that
+        # `send` sends at once.
         await expect(self.page.locator('#composer[aria-busy="true"]')).to_have_count(0)
 
     async def send(self, text: str) -> None:
@@ -353,6 +354,35 @@ async def test_enter_sends_and_shift_enter_adds_a_line(ui: UI, model) -> None:
         await expect(checkbox).to_be_disabled()
         # In words to act on: "Web search is off: add a Tavily key in .env (see README)."
         await expect(page.locator("#web-reason")).to_have_text(web["message"])
+
+
+async def test_enter_while_a_chat_opens_sends_once_it_has_loaded(
+    ui: UI, model, chat_services: Services
+) -> None:
+    """A message typed while the chat's messages are on their way (slow network) is sent to
+    that chat when they arrive, after them, rather than dropped."""
+    chat_id = await seed_chat(chat_services.database.pool, "Slow", [("hello", {"content": "hi"})])
+    model.push({"text": "Sent after loading."})
+    arrived = asyncio.Event()
+
+    async def slow(route: Any) -> None:
+        await arrived.wait()
+        await route.continue_()
+
+    page = ui.page
+    await page.route(f"**/api/chats/{chat_id}/messages", slow)
+    await page.goto(f"{ui.url}/#/chat/{chat_id}")
+    await expect(page.locator('#composer[aria-busy="true"]')).to_have_count(1)
+    box = page.locator("#composer-input")
+    await box.fill("Typed while it loaded")
+    await box.press("Enter")
+    await expect(box).to_have_value("Typed while it loaded")  # kept until it can go
+    arrived.set()
+    await expect(ui.assistant()).to_have_attribute("data-status", "complete")
+    await expect(ui.assistant().locator(".markdown")).to_have_text("Sent after loading.")
+    await expect(page.locator(".msg-user .bubble")).to_have_text(["hello", "Typed while it loaded"])
+    await expect(box).to_have_value("")
+    assert model.calls[-1]["messages"][-1]["content"] == "Typed while it loaded"
 
 
 async def test_steps_show_live_then_as_a_list_with_timings(ui: UI, model) -> None:

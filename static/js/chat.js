@@ -240,6 +240,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     scroll.toBottom();
     syncComposer();
     pointAtPending();
+    composer.sendPending();
   }
 
   const findMessage = (messageId) => messagesBox.querySelector(`.msg[data-message-id="${CSS.escape(messageId)}"]`);

@@ -17,6 +17,7 @@ export function createComposer({ onSend, onStop }) {
   let maxChars = 32000;
   let busy = false;
   let loading = false; // a chat is being opened: what is sent now would land in the wrong place
+  let pending = false; // sent while the chat opened: it goes once the chat is shown (`sendPending`)
   // `field-sizing: content` (CSS) grows the box where supported; elsewhere we size it by hand.
   const manualGrow = !(window.CSS && CSS.supports("field-sizing", "content"));
 
@@ -41,7 +42,12 @@ export function createComposer({ onSend, onStop }) {
 
   function submit() {
     const text = input.value;
-    if (busy || loading || !text.trim() || text.length > maxChars) return;
+    if (busy || !text.trim() || text.length > maxChars) return;
+    if (loading) {
+      pending = true; // kept in the box until then
+      return;
+    }
+    pending = false;
     input.value = "";
     grow();
     refresh();
@@ -99,8 +105,14 @@ export function createComposer({ onSend, onStop }) {
     },
     setLoading(value) {
       loading = value;
+      if (value) pending = false; // another chat opens: the message was not meant for it
       form.setAttribute("aria-busy", String(value)); // (tests wait on it before typing)
       refresh();
+    },
+    /** The opened chat is on screen: send what was sent while it loaded (if it still can go). */
+    sendPending() {
+      if (pending && !loading) submit();
+      pending = false;
     },
     focus() {
       input.focus();
