@@ -41,6 +41,7 @@ from core.grounding import (
 from core.memory_search import RetrievedMemory, retrieve_memories
 from core.preferences import with_defaults
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
+from core.relative_dates import absolute_dates
 from core.services import Services
 from core.third_person import third_person
 
@@ -174,6 +175,7 @@ async def _apply(
     if kind not in ("add", "update", "supersede") or not isinstance(fact, str):
         return  # "none", or nothing usable
     fact = third_person(fact)  # "I live in Lisbon." copied from the message is the user's fact
+    fact = absolute_dates(fact, message["sent_at"])  # "last year" would be wrong next year
     if not _ABOUT_THE_USER.search(fact):
         _refuse(result, fact, "not a fact about the user")
         return

@@ -9,6 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -379,6 +380,18 @@ async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_noth
     ]
     # The extraction saw the assistant's reply before the message, as context.
     assert "Tea it is." in model.own_calls["memory"][-1]["messages"][-1]["content"]
+
+
+async def test_a_relative_time_is_stored_as_the_date_it_meant(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    # The local model copies "last year" as the user said it; a year on it would be wrong.
+    moved = {"op": "add", "fact": "The user moved to Lisbon last year.", "sentences": [1]}
+    await tell(client, model, chat_services, "I moved to Lisbon last year.", moved)
+    [memory] = await memories(client)
+    said = datetime.fromisoformat(memory["created_at"])
+    assert memory["content"] == f"The user moved to Lisbon in {said.year - 1}."
+    assert memory["quote"] == "I moved to Lisbon last year."
 
 
 async def test_a_fact_made_more_precise_is_updated_in_place(
