@@ -26,7 +26,7 @@ from chat.steps import short_id, step_event
 from chat.summary import FOLD_AT_UNSUMMARISED
 from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, retrieval_hooks, tool_schemas
-from chat.user_errors import note_answer, web_search_failed
+from chat.user_errors import LINKS_UNREAD, note_answer, web_search_failed
 from core import chat_store
 from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
@@ -86,7 +86,13 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         and m["content"].strip()
     ][-MAX_HISTORY_MESSAGES:]
     system = chat_instructions(datetime.now(UTC), summary, memory=turn.memory)
-    question = user_turn(state["user_text"], state.get("use_web", False), recalled, documents)
+    links_unread = not turn.services.settings.reads_links and bool(links_in(state["user_text"]))
+    if links_unread:
+        step_event(turn, LINKS_UNREAD)
+        turn.add_note(LINKS_UNREAD)
+    question = user_turn(
+        state["user_text"], state.get("use_web", False), recalled, documents, links_unread
+    )
     messages = [
         {"role": "system", "content": system},
         *earlier,

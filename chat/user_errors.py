@@ -89,6 +89,14 @@ def reply_ended(reason: str, detail: str | None, chat_id: uuid.UUID | str) -> st
     return f"The reply was ended: {reason}. What it wrote so far is saved. (ref {ref})"
 
 
+# A message with a link, on a server that does not read links (LINK_READING=off, or an offline
+# setup): a step and a note, so nobody thinks the page was read.
+LINKS_UNREAD = (
+    "The link in your message was not opened: reading links is off on this server "
+    "(LINK_READING in .env)."
+)
+
+
 def fallback_note(answered: Answered) -> str:
     """A fallback answered: which one, in words."""
     if answered.local:

@@ -13,6 +13,10 @@ from datetime import datetime, timedelta
 from core.prompt_blocks import block
 
 WEB_NOTE = "use web tool to answer"
+LINKS_UNREAD_NOTE = (
+    "The links in this message were not opened (reading links is off on this server): do not "
+    "guess what the pages say; if the answer needs them, say they could not be opened."
+)
 DOCUMENTS_NOTE = (
     "The <documents> block holds passages of the user's own files that may answer this. Use them "
     "where they do, citing each passage you use as [n] after the sentence; ignore them otherwise."
@@ -84,13 +88,17 @@ def user_turn(
     use_web: bool,
     memories: list[str] | None = None,
     documents: list[tuple[int, str, list[str]]] | None = None,
+    links_unread: bool = False,
 ) -> str:
     """The new message as the model sees it (the saved message is exactly what the user typed),
     after the memories recalled for it and the passages of the user's documents found for it
     (`documents`: numbered, as `source_blocks` takes them). They sit here, in the last message,
     rather than in the instructions, so the prompt's prefix (instructions, summary, history)
-    stays the same from turn to turn and the model's prompt cache keeps it."""
+    stays the same from turn to turn and the model's prompt cache keeps it. `links_unread`: the
+    message has links this server does not read."""
     turn = f"{text}\n\n<note>{WEB_NOTE}</note>" if use_web else text
+    if links_unread:
+        turn = f"{turn}\n\n<note>{LINKS_UNREAD_NOTE}</note>"
     if documents:
         turn = f"{turn}\n\n<note>{DOCUMENTS_NOTE}</note>"
     parts = []

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from core.config import PROJECT_ROOT, Settings
+from core.prompts import LINKS_UNREAD_NOTE
 from core.services import Services
 from rag import link_reader
 from rag.link_reader import LinkError, LinkPolicy, links_in, read_link
@@ -417,12 +418,25 @@ async def test_a_link_to_an_internal_address_is_refused_with_a_reason_the_user_s
 async def test_links_are_not_read_when_the_server_does_not_read_them(
     client, model, site: Site
 ) -> None:
-    """conftest's server: LINK_READING=off. The link is text; nothing is fetched."""
+    """conftest's server: LINK_READING=off. The link is text; nothing is fetched, and both the
+    user and the model are told so (the local model otherwise answered "I couldn't find
+    information about this part", or would guess what the page says)."""
     model.push({"text": "I can't open links here."})
     events = await send(client, f"Summarise http://127.0.0.1:{site.port}/otters.html")
     assert not any(s.startswith("Reading http") for s in steps(events))
     assert site.requests == []
     assert [c["model"] for c in model.calls] == ["chat"]
+    unread = (
+        "The link in your message was not opened: reading links is off on this server"
+        " (LINK_READING in .env)."
+    )
+    assert unread in steps(events) and unread in events[-1]["notes"]
+    assert LINKS_UNREAD_NOTE in model.calls[0]["messages"][-1]["content"]
+    # A message without a link says nothing of links.
+    model.push({"text": "Otters hold hands."})
+    events = await send(client, "Why do otters hold hands?")
+    assert unread not in steps(events) and events[-1]["notes"] == []
+    assert LINKS_UNREAD_NOTE not in model.calls[-1]["messages"][-1]["content"]
 
 
 async def test_a_hosted_model_can_call_fetch_url(
