@@ -9,7 +9,8 @@ answers cited 1 source in 8 replies in the research eval). `SupportCitations` ci
 itself, with the one source that states it: most of its meaningful words and every number it
 states are in that source's text. It holds back only a sentence's final marks until it sees what
 follows them, and citations opening a line ("[1] In 1939, …") until the end of their sentence, where
-they go.
+they go. `SourceNumbers` undoes the local model's "1, 300, 000" for a number its sources write
+"1,300,000".
 """
 
 from __future__ import annotations
@@ -95,12 +96,47 @@ def says_not_found(text: str) -> bool:
     return text.lstrip(" -*#>").lower().startswith(("i couldn't find", "i could not find"))
 
 
+# A number with thousands commas ("1,300,000"), and one written with a space after each comma.
+_JOINED_NUMBER = re.compile(r"(?<![\d,])\d{1,3}(?:,\d{3})+(?![\d,])")
+_SPACED_NUMBER = re.compile(r"(?<![\d,])\d{1,3}(?:, \d{3})+(?!\d)")
+# What may still become one at the end of the text so far: held until what follows shows.
+_NUMBER_SO_FAR = re.compile(r"\d[\d, ]{0,24}\Z")
+
+
+class SourceNumbers:
+    """Joins a number written "1, 300, 000" again when its sources write "1,300,000": copying a
+    sentence, the local model puts a space after each thousands comma (its own tokens, whatever
+    the sampling). One no source writes joined is a list ("1939, 300 people") and stays."""
+
+    def __init__(self, texts: Collection[str]) -> None:
+        self._numbers = {n for text in texts for n in _JOINED_NUMBER.findall(text)}
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        text, self._held = self._held + piece, ""
+        if self._numbers and (tail := _NUMBER_SO_FAR.search(text)):
+            text, self._held = text[: tail.start()], text[tail.start() :]
+        return self._joined(text)
+
+    def finish(self) -> str:
+        text, self._held = self._held, ""
+        return self._joined(text)
+
+    def _joined(self, text: str) -> str:
+        def join(match: re.Match[str]) -> str:
+            joined = match.group().replace(", ", ",")
+            return joined if joined in self._numbers else match.group()
+
+        return _SPACED_NUMBER.sub(join, text) if self._numbers else text
+
+
 class SupportCitations:
     """A `CitationNormalizer` over the numbered sources `texts`, which also cites each sentence
     left uncited with the source that states it (see the module docstring)."""
 
     def __init__(self, texts: Mapping[int, str]) -> None:
         self.normalizer = CitationNormalizer(set(texts))
+        self.numbers = SourceNumbers(texts.values())
         self._words = {n: content_words(text) for n, text in texts.items()}
         self._numbers = {n: stated_numbers(text) for n, text in texts.items()}
         self._sentence = ""  # the current sentence, as shown so far
@@ -111,10 +147,11 @@ class SupportCitations:
         self._gap = ""  # the space after its list marker, until its text shows
 
     def feed(self, piece: str) -> str:
-        return self._cite(self.normalizer.feed(piece), final=False)
+        return self._cite(self.numbers.feed(self.normalizer.feed(piece)), final=False)
 
     def finish(self) -> str:
-        return self._cite(self.normalizer.finish(), final=True)
+        numbers = self.numbers.feed(self.normalizer.finish()) + self.numbers.finish()
+        return self._cite(numbers, final=True)
 
     def _cite(self, text: str, final: bool) -> str:
         text, self._held = self._held + text, ""

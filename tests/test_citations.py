@@ -77,6 +77,12 @@ SUPPORTED = [
         "- Watt's engine used 75% less coal\n- Warsaw stands on the Vistula",
         "- Watt's engine used 75% less coal [2]\n- Warsaw stands on the Vistula [1]",
     ),
+    # A number its source writes "1,300,000", written "1, 300, 000" by the local model when it
+    # copies the sentence: joined again (and then cited, as its numbers are the source's).
+    (
+        "In 1939, c. 1, 300, 000 people lived in Warsaw.",
+        "In 1939, c. 1,300,000 people lived in Warsaw [1].",
+    ),
     # A line (or list item) opened with its citations, as the local model wrote research parts:
     # they go after the fact, like every other citation.
     ("[1] Warsaw is the capital of Poland.", "Warsaw is the capital of Poland [1]."),
@@ -94,6 +100,8 @@ LEFT_AS_WRITTEN = [
     # Stated by no source: a number it does not state, too few words shared, a not-found
     # sentence, a heading, a bare greeting, code.
     "Warsaw has 2.5 million residents.",
+    # A comma and a space between numbers no source writes together: a list, not one number.
+    "In 1939, 300 people lived in Warsaw, 1, 740 in 2014.",
     "Warsaw is lovely in spring and full of parks.",
     "I couldn't find who developed the Warsaw condenser.",
     "## Warsaw, the largest city of Poland\nHi!",
