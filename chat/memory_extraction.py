@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import chat_store, memory_store, tracing
+from core.clock import now_in
 from core.grounding import (
     best_supporting_sentence,
     content_words,
@@ -175,7 +176,9 @@ async def _apply(
     if kind not in ("add", "update", "supersede") or not isinstance(fact, str):
         return  # "none", or nothing usable
     fact = third_person(fact)  # "I live in Lisbon." copied from the message is the user's fact
-    fact = absolute_dates(fact, message["sent_at"])  # "last year" would be wrong next year
+    # "last year" would be wrong next year; "yesterday" is the user's yesterday.
+    zone = with_defaults(message["preferences"])["time_zone"]
+    fact = absolute_dates(fact, now_in(zone, message["sent_at"]).now)
     if not _ABOUT_THE_USER.search(fact):
         _refuse(result, fact, "not a fact about the user")
         return

@@ -4,8 +4,8 @@ A memory outlives the chat it came from: "The user moved to Lisbon last year." i
 later, and a month later "yesterday" means nothing. The extraction prompt asks for dates, but the
 local model copies "last year" as the user said it (a keyless trial, stop 40), so the fact is dated
 by code from the message's time: "last year" said in 2026 is "in 2025", "yesterday" is "on 4
-December 2026". Only the fact changes; its quote stays the user's words. Days are UTC days (the
-server does not know the user's time zone).
+December 2026". Only the fact changes; its quote stays the user's words. Days are the user's
+(the caller gives the time in their time zone).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -392,6 +392,16 @@ async def test_a_relative_time_is_stored_as_the_date_it_meant(
     said = datetime.fromisoformat(memory["created_at"])
     assert memory["content"] == f"The user moved to Lisbon in {said.year - 1}."
     assert memory["quote"] == "I moved to Lisbon last year."
+    # "Yesterday" is the user's: in Kiritimati (UTC+14, no daylight saving) a day ahead of UTC
+    # from 10:00 UTC on.
+    zone = await client.patch("/api/settings", json={"time_zone": "Pacific/Kiritimati"})
+    assert zone.is_success
+    cat = {"op": "add", "fact": "The user adopted a cat yesterday.", "sentences": [1]}
+    await tell(client, model, chat_services, "I adopted a cat yesterday.", cat)
+    [memory] = [m for m in await memories(client) if "cat" in m["content"]]
+    local = datetime.fromisoformat(memory["created_at"]) + timedelta(hours=14)
+    yesterday = local.date() - timedelta(days=1)
+    assert memory["content"] == f"The user adopted a cat on {yesterday.day} {yesterday:%B %Y}."
 
 
 async def test_a_fact_made_more_precise_is_updated_in_place(
