@@ -165,20 +165,24 @@ _pools: list[AsyncConnectionPool] = []
 def start_recording(pool: AsyncConnectionPool) -> None:
     """Record this process's model calls into `pool`'s database (until `stop_recording`)."""
     _pools.append(pool)
-    if not any(isinstance(c, UsageRecorder) for c in litellm.callbacks):
+    if not _recorders():
         litellm.callbacks.append(UsageRecorder())
+
+
+def _recorders() -> list[UsageRecorder]:
+    return [c for c in litellm.callbacks if isinstance(c, UsageRecorder)]
 
 
 async def written() -> None:
     """Wait until the model calls recorded so far are stored (a benchmark's phase ends: their
     round trip belongs to it)."""
-    for recorder in [c for c in litellm.callbacks if isinstance(c, UsageRecorder)]:
+    for recorder in _recorders():
         await recorder.written()
 
 
 async def stop_recording(pool: AsyncConnectionPool) -> None:
     """Store the calls waiting to be written, then no longer record into `pool`'s database."""
-    for recorder in [c for c in litellm.callbacks if isinstance(c, UsageRecorder)]:
+    for recorder in _recorders():
         await recorder.close()
     if pool in _pools:
         _pools.remove(pool)

@@ -83,8 +83,8 @@ _FINAL_MARKS = re.compile(r"[.!?…]+[\"')\]»”’]*\s*\Z")
 CITATION = re.compile(r"\[(\d+)\]")
 # Citations opening a line or a list item ("[1] In 1939, …", as the local model wrote research
 # parts): the item's marker (group 1), the citations (group 2), the space after them.
-_LEADING_CITATIONS = re.compile(r"([-*+]?[ \t]*)((?:\[\d+\])*)[ \t]*")
 _ITEM_MARKER = re.compile(r"[-*+]?[ \t]*")
+_LEADING_CITATIONS = re.compile(rf"({_ITEM_MARKER.pattern})((?:\[\d+\])*)[ \t]*")
 # A sentence cited from a source shares at least this much of its meaningful words with it (and
 # at least two words: "Hi!" or "Yes." are in any page).
 MIN_SHARED_WORDS = 0.5
