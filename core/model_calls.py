@@ -187,7 +187,10 @@ async def stop_recording(pool: AsyncConnectionPool) -> None:
     if pool in _pools:
         _pools.remove(pool)
     if not _pools:
-        litellm.callbacks = [c for c in litellm.callbacks if not isinstance(c, UsageRecorder)]
+        # From every list: LiteLLM copies `litellm.callbacks` into lists of its own on each call,
+        # and a recorder left there records on, unseen by `written()`.
+        for recorder in _recorders():
+            litellm.logging_callback_manager.remove_callback_from_all_lists(recorder)
 
 
 async def insert_calls(db: Db, rows: list[dict[str, Any]]) -> None:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import litellm
 import pytest
 
 from core import chat_store, model_calls, tracing
@@ -126,6 +127,36 @@ async def test_the_calls_of_a_message_are_stored_together(
     rows = await rows_of(chat_services, events[0]["chat_id"], STEPS)
     assert sum(written) >= len(rows) >= len(STEPS)
     assert len(written) < len(STEPS), written  # not a write per call
+
+
+def recorders_litellm_calls() -> set[int]:
+    """The usage recorders in any of LiteLLM's callback lists (it copies `litellm.callbacks` into
+    lists of its own on each call)."""
+    every = litellm.logging_callback_manager.get_all_callbacks()
+    return {id(c) for c in every if isinstance(c, model_calls.UsageRecorder)}
+
+
+async def test_recording_stopped_leaves_no_recorder_behind(client, model, chat_services) -> None:
+    """Services closed and opened again in one process (each test module, the benchmark) record
+    with the new recorder only: one left in LiteLLM's own lists went on recording, unseen by
+    `written()`, and the benchmark counted its rows in the phase after theirs."""
+    model.push(*calculator_then_search("6 * 7", "Warsaw population", "About 1.7 million[1]."))
+    events = await send(client, "How many people live in Warsaw? And what is 6 times 7?")
+    await rows_of(chat_services, events[0]["chat_id"], STEPS)  # LiteLLM has called the recorder
+    opened = list(model_calls._pools)
+    for pool in opened:
+        await model_calls.stop_recording(pool)
+    try:
+        assert recorders_litellm_calls() == set()
+    finally:
+        for pool in opened:
+            model_calls.start_recording(pool)
+
+    model.push(*calculator_then_search("6 * 7", "Warsaw population", "About 1.7 million[1]."))
+    events = await send(client, "How many people live in Warsaw? And what is 6 times 7?")
+    await rows_of(chat_services, events[0]["chat_id"], STEPS)
+    assert recorders_litellm_calls() == {id(r) for r in model_calls._recorders()}
+    assert len(model_calls._recorders()) == 1
 
 
 async def test_a_row_of_a_deleted_user_does_not_fail_the_rows_stored_with_it(
