@@ -70,6 +70,7 @@ from core import chat_store, memory_search, memory_store
 from core.accounts import LOCAL_USER_ID
 from core.config import load_settings
 from core.db import Database, _configure_connection
+from core.grounding import told_by
 from core.memory_search import EF_SEARCH, RELEVANCE_FLOOR, ef_search_sql
 from core.memory_store import NEAREST_SQL
 from evals.datasets import LOCOMO_FILE, SQUAD_FILE
@@ -102,7 +103,9 @@ def progress(message: str) -> None:
 
 
 def memory_texts() -> list[str]:
-    """Real memory texts: LoCoMo turns and SQuAD sentences (at most 500 characters), shuffled."""
+    """Real memory texts: LoCoMo turns and SQuAD sentences (at most 500 characters) that the
+    store takes as their own quote (a turn said only of the other speaker, "you're so kind!",
+    tells nothing of the user), shuffled."""
     texts: list[str] = []
     locomo = json.loads(LOCOMO_FILE.read_text("utf-8"))
     for conversation in locomo["conversations"]:
@@ -113,7 +116,9 @@ def memory_texts() -> list[str]:
         for paragraph in page["markdown"].split("\n\n")[1:]:  # [0] is the "# Title" line
             texts += re.split(r"(?<=[.!?])\s+(?=[A-Z])", paragraph)
     normalized = {" ".join(t.split()) for t in texts}
-    unique = sorted(t for t in normalized if 20 <= len(t) <= memory_store.MAX_MEMORY_CHARS)
+    unique = sorted(
+        t for t in normalized if 20 <= len(t) <= memory_store.MAX_MEMORY_CHARS and told_by(t, t)
+    )
     random.Random(SEED).shuffle(unique)
     return unique
 

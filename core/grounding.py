@@ -9,8 +9,9 @@ Small models paraphrase when asked to quote, so extraction never asks them to: i
 as numbered sentences (`numbered_sentences`) and the model cites numbers; `sentence_span` turns
 them back into the exact text, which is then found by construction. A real sentence cited for a
 fact it does not state is caught too: the fact must share a meaningful word with it
-(`shares_a_word`) and state no number it does not (`states_its_numbers`), and a question
-tells only what it holds (`told_by`).
+(`shares_a_word`) and state no number it does not (`states_its_numbers`); a question tells only
+what it holds, and a sentence put to the other side ("you…") only what the user says of
+themselves in it (`told_by`).
 """
 
 from __future__ import annotations
@@ -129,11 +130,35 @@ def told_by(fact: str, quote: str) -> bool:
     what it holds, so every meaningful word of the fact must be in it: "Any recipes, since I'm
     vegan?" tells "The user is vegan."; "What's my favourite colour?" does not tell "The user's
     favourite colour is blue." (small models answer the question: "How many children do I have?"
-    became "The user has two children."). A quote with a statement in it is not judged here."""
+    became "The user has two children."). A quote with a statement in it needs a meaningful word
+    in common with the fact. Either way, a sentence put to the other side ("you") tells only what
+    the user says of themselves in it (`_said_of_themselves`)."""
     sentences = split_sentences(quote) or [quote]
-    if not all(s.rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):
-        return True
-    return content_words(fact) <= content_words(quote)
+    told = set().union(*(content_words(_said_of_themselves(s)) for s in sentences))
+    if all(s.rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):
+        return content_words(fact) <= told
+    return bool(content_words(fact) & told)
+
+
+_ADDRESSED = frozenset({"you", "your", "yours", "you're", "you've", "you'd", "you'll"})
+_FIRST_PERSON = frozenset(
+    {"i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "we", "we're", "our",
+     "ours", "us"}
+)  # fmt: skip
+
+
+def _said_of_themselves(sentence: str) -> str:
+    """The part of a sentence that can tell about the user. Put to the other side ("Can you
+    suggest a quick dinner I could make before work?", "You're doing an awesome job looking after
+    your family!"), the words before the user speaks of themselves are a request or are about the
+    other side, so it is the sentence from its first "I", "my", "me"… on; nothing when it has
+    none. Any other sentence, whole."""
+    normalized, _ = _normalized(sentence)
+    words = _WORD.findall(normalized)
+    if not _ADDRESSED.intersection(words):
+        return sentence
+    first = next((n for n, word in enumerate(words) if word in _FIRST_PERSON), len(words))
+    return " ".join(words[first:])
 
 
 def best_supporting_sentence(message: str, fact: str) -> str | None:

@@ -218,7 +218,10 @@ def _grounded_quote(fact: str, quote: str, message: str) -> str:
     if not states_its_numbers(fact, span):
         raise NotGrounded("that is not something the user said: the quote lacks its numbers")
     if not told_by(fact, span):
-        raise NotGrounded("that is not something the user said: they asked it, not told it")
+        raise NotGrounded(
+            "that is not something the user said: they asked it or said it of someone else, "
+            "not told it of themselves"
+        )
     return span
 
 

@@ -188,6 +188,33 @@ def test_a_question_tells_only_what_it_holds() -> None:
     assert told_by("The user has a dog named Max.", "I have a golden retriever called Max.")
 
 
+def test_a_request_tells_only_what_the_user_says_of_themselves() -> None:
+    """A question asking the assistant for something tells about the user only from where the
+    user speaks of themselves: "Can you suggest a quick dinner I could make before work?" was
+    saved as "The user can make quick dinner before work." (every word is in the request)."""
+    request = "Can you suggest a quick dinner I could make before work?"
+    assert not told_by("The user can make quick dinner before work.", request)
+    gym = "Can you recommend a gym near my office in Leeds?"
+    assert told_by("The user's office is in Leeds.", gym)
+    assert not told_by("The user's gym is in Leeds.", gym)  # what they ask for
+    assert told_by("The user is vegan.", "Could you give me recipes, since I'm vegan?")
+    assert told_by("The user's sister is Julia.", "Can you help my sister Julia?")
+    # A question not put to the assistant is judged as before.
+    assert told_by("The user has a new puppy.", "How do I train my new puppy?")
+
+
+def test_a_sentence_about_the_other_side_tells_nothing_about_the_user() -> None:
+    """Said to the other side, about them, it is not the user's fact: both were saved from a
+    LoCoMo session (`python -m evals memory-extraction --conversation conv-26 --sessions 2`)."""
+    about_them = "You're doing an awesome job looking after yourself and your family!"
+    assert not told_by("The user takes time for herself and her family.", about_them)
+    assert not told_by(
+        "The user prioritizes self-care.", "Great that you're prioritizing self-care."
+    )
+    assert told_by("The user moved to Porto.", "Thanks, you were right: I moved to Porto.")
+    assert told_by("The user's wife is a doctor.", "You know my wife is a doctor?")
+
+
 # --- extraction after the reply ------------------------------------------------------------------
 
 

@@ -459,10 +459,23 @@ async def test_save_tool_refuses_an_answer_to_the_users_question(
 ) -> None:
     chat = await chat_store.create_chat(memory_pool)
     config = await turn_config(memory_pool, embedder, chat["chat_id"], "Which city is my home?")
-    with pytest.raises(memory_store.NotGrounded, match="they asked it, not told it"):
+    with pytest.raises(memory_store.NotGrounded, match="they asked it"):
         await save_memory.ainvoke(
             {"content": "The user's home city is Porto.", "quote": "Which city is my home?"},
             config=config,
+        )
+    assert await count_memories(memory_pool) == 0
+
+
+async def test_save_tool_refuses_what_the_user_said_of_the_assistant(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    chat = await chat_store.create_chat(memory_pool)
+    said = "You're doing an awesome job looking after your family!"
+    config = await turn_config(memory_pool, embedder, chat["chat_id"], said)
+    with pytest.raises(memory_store.NotGrounded, match="said it of someone else"):
+        await save_memory.ainvoke(
+            {"content": "The user looks after their family.", "quote": said}, config=config
         )
     assert await count_memories(memory_pool) == 0
 
