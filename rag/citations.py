@@ -8,9 +8,9 @@ Small models copy their sources' sentences but seldom write the `[n]` (the local
 answers cited 1 source in 8 replies in the research eval). `SupportCitations` cites such a sentence
 itself, with the one source that states it: most of its meaningful words and every number it
 states are in that source's text. It holds back only a sentence's final marks until it sees what
-follows them, and citations opening a line ("[1] In 1939, …") until the end of their sentence, where
-they go. `SourceNumbers` undoes the local model's "1, 300, 000" for a number its sources write
-"1,300,000".
+follows them, and citations opening a line or a list item ("[1] In 1939, …", "1. [1] In 1939, …")
+until the end of their sentence, where they go. `SourceNumbers` undoes the local model's
+"1, 300, 000" for a number its sources write "1,300,000".
 """
 
 from __future__ import annotations
@@ -81,9 +81,14 @@ _PENDING_END = re.compile(r"(?:[.!?…]+[\"')\]»”’]*)?\s*\Z")
 _FINAL_MARKS = re.compile(r"[.!?…]+[\"')\]»”’]*\s*\Z")
 # A citation as normalized: `[n]` (its number, the group).
 CITATION = re.compile(r"\[(\d+)\]")
-# Citations opening a line or a list item ("[1] In 1939, …", as the local model wrote research
-# parts): the item's marker (group 1), the citations (group 2), the space after them.
-_ITEM_MARKER = re.compile(r"[-*+]?[ \t]*")
+# Citations opening a line or a list item ("[1] In 1939, …", "1. [1] In 1939, …", as the local
+# model wrote research parts): the item's marker (group 1), the citations (group 2), the space
+# after them.
+_ITEM_MARKER = re.compile(r"(?:[-*+]|\d{1,3}[.)])?[ \t]*")
+# A numbered item's marker so far, at a line's start (the "." after its number ends nothing).
+_ITEM_SO_FAR = re.compile(r"[ \t]*\d{1,3}(?:[.)][ \t]*)?")
+# A numbered item's marker, which is no number its fact states.
+_NUMBERED_ITEM = re.compile(r"\A\s*\d{1,3}[.)][ \t]+")
 _LEADING_CITATIONS = re.compile(rf"({_ITEM_MARKER.pattern})((?:\[\d+\])*)[ \t]*")
 # A sentence cited from a source shares at least this much of its meaningful words with it (and
 # at least two words: "Hi!" or "Yes." are in any page).
@@ -160,6 +165,9 @@ class SupportCitations:
         for end in _SENTENCE_END.finditer(text):
             if end.end() == len(text) and not final:
                 break  # a citation may follow the mark ("…Poland. [1]"): wait for it
+            item = self._sentence + text[start : end.start()]
+            if self._line_start and _ITEM_SO_FAR.fullmatch(item) and "\n" not in end.group():
+                continue  # "1. " opens a numbered item
             body = self._opening(text[start : end.start()])
             cited_after = CITATION.match(text, end.end()) is not None
             citation = self._citation(self._sentence + body, cited_after)
@@ -175,6 +183,10 @@ class SupportCitations:
         else:
             pending = _PENDING_END.search(rest)
             cut = pending.start() if pending else len(rest)
+            if self._line_start and _ITEM_SO_FAR.fullmatch(self._sentence + rest):
+                # A numbered item's marker: held until what follows shows whether citations open
+                # the item; once `_opening` took them, shown whole (its "." ends nothing).
+                cut = len(rest) if self._leading else 0
             shown.append(rest[:cut])
             self._sentence += rest[:cut]
             self._held = rest[cut:]
@@ -194,7 +206,7 @@ class SupportCitations:
             self._gap = match.group(1)[len(marker) :]
         self._leading += match.group(2)
         rest = text[match.end() :]
-        if rest:
+        if rest.strip():
             rest, self._gap = self._gap + rest, ""
         return marker + rest
 
@@ -221,10 +233,11 @@ class SupportCitations:
             or says_not_found(line)
         ):
             return ""
-        words = content_words(sentence)
+        fact = _NUMBERED_ITEM.sub("", sentence, count=1)
+        words = content_words(fact)
         if len(words) < MIN_WORDS:
             return ""
-        numbers = stated_numbers(sentence)
+        numbers = stated_numbers(fact)
         # The source sharing the most words (the first of equals), among those stating its numbers.
         shared, source = max(
             ((len(words & self._words[n]), -n) for n in self._words if numbers <= self._numbers[n]),

@@ -92,6 +92,15 @@ SUPPORTED = [
         "## Warsaw\nIn 1939, c. 1,300,000 people lived in Warsaw [1][2]. It is big.\n"
         "- Watt's engine used 75% less coal [2]\n* Warsaw stands on the Vistula [1].",
     ),
+    # A numbered list's items too; and an item's number is no number its fact states.
+    (
+        "1. [1] Warsaw is the capital of Poland.\n2) [2] Watt's engine used 75% less coal.",
+        "1. Warsaw is the capital of Poland [1].\n2) Watt's engine used 75% less coal [2].",
+    ),
+    (
+        "3. Warsaw stands on the Vistula\n12. Watt's engine used 75% less coal.",
+        "3. Warsaw stands on the Vistula [1]\n12. Watt's engine used 75% less coal [2].",
+    ),
 ]
 LEFT_AS_WRITTEN = [
     # Cited by the model, its number after the mark included.
