@@ -147,14 +147,19 @@ _FIRST_PERSON = frozenset(
 )  # fmt: skip
 
 
+# A thank-you and what it thanks for, up to its first punctuation mark ("thanks for your help,").
+_THANKS = re.compile(r"\A\W*(?:thank you|thanks)\b[^,.!?;:]*[,.!?;:]?")
+
+
 def _said_of_themselves(sentence: str) -> str:
     """The part of a sentence that can tell about the user. Put to the other side ("Can you
     suggest a quick dinner I could make before work?", "You're doing an awesome job looking after
     your family!"), the words before the user speaks of themselves are a request or are about the
     other side, so it is the sentence from its first "I", "my", "me"… on; nothing when it has
-    none. Any other sentence, whole."""
+    none. Any other sentence, whole. A thank-you opening it ("Thanks for your help, the move
+    to Porto went well.") puts nothing to the other side."""
     normalized, _ = _normalized(sentence)
-    words = _WORD.findall(normalized)
+    words = _WORD.findall(_THANKS.sub("", normalized, count=1))
     if not _ADDRESSED.intersection(words):
         return sentence
     first = next((n for n, word in enumerate(words) if word in _FIRST_PERSON), len(words))

@@ -212,6 +212,8 @@ def test_a_sentence_about_the_other_side_tells_nothing_about_the_user() -> None:
         "The user prioritizes self-care.", "Great that you're prioritizing self-care."
     )
     assert told_by("The user moved to Porto.", "Thanks, you were right: I moved to Porto.")
+    assert told_by("The user moved to Porto.", "Thanks for your help, the move to Porto went well.")
+    assert not told_by("The user is doing great.", "Thank you, you're doing great!")
     assert told_by("The user's wife is a doctor.", "You know my wife is a doctor?")
 
 
