@@ -104,10 +104,11 @@ def _locate(message: str, sentences: list[str], index: int) -> int:
     raise IndexError(index)
 
 
-# Words that say nothing about which fact a sentence states.
+# Words that say nothing about which fact a sentence states ("named": a fact's "a dog named Rex"
+# is the user's "my dog Rex").
 _STOP_WORDS_TEXT = """a an and are as at be been but by do does for from had has have he her his i
 i'm im in is it its me my of on or our she so that the their them they this to was we were with
-you your user user's users not no yes am"""
+you your user user's users not no yes am named"""
 _STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 

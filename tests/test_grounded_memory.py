@@ -201,6 +201,9 @@ def test_a_request_tells_only_what_the_user_says_of_themselves() -> None:
     assert told_by("The user's sister is Julia.", "Can you help my sister Julia?")
     # A question not put to the assistant is judged as before.
     assert told_by("The user has a new puppy.", "How do I train my new puppy?")
+    # "named" is how a fact gives a name the user just wrote beside the noun.
+    assert told_by("The user has a dog named Rex.", "How do I train my dog Rex?")
+    assert told_by("The user's sister is named Julia.", "Can you help my sister Julia?")
 
 
 def test_a_sentence_about_the_other_side_tells_nothing_about_the_user() -> None:
