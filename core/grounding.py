@@ -117,8 +117,13 @@ def content_words(text: str) -> set[str]:
     """The words of `text` that carry meaning, lower case, cut to their first 5 letters (a crude
     stem: "allergic"/"allergy", "lives"/"living" meet)."""
     normalized, _ = _normalized(text)
-    words = (w.removesuffix("'s") for w in _WORD.findall(normalized))  # "wife's" is "wife"
-    return {w[:5] for w in words if w not in _STOP_WORDS}
+    return _meaningful(_WORD.findall(normalized))
+
+
+def _meaningful(words: list[str]) -> set[str]:
+    """`content_words` of words already normalised and split."""
+    stems = (w.removesuffix("'s") for w in words)  # "wife's" is "wife"
+    return {w[:5] for w in stems if w not in _STOP_WORDS}
 
 
 def shares_a_word(fact: str, quote: str) -> bool:
@@ -135,7 +140,7 @@ def told_by(fact: str, quote: str) -> bool:
     in common with the fact. Either way, a sentence put to the other side ("you") tells only what
     the user says of themselves in it (`_said_of_themselves`)."""
     sentences = split_sentences(quote) or [quote]
-    told = set().union(*(content_words(_said_of_themselves(s)) for s in sentences))
+    told = set().union(*(_said_of_themselves(s) for s in sentences))
     if all(s.rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):
         return content_words(fact) <= told
     return bool(content_words(fact) & told)
@@ -152,19 +157,19 @@ _FIRST_PERSON = frozenset(
 _THANKS = re.compile(r"\A\W*(?:thank you|thanks)\b[^,.!?;:]*[,.!?;:]?")
 
 
-def _said_of_themselves(sentence: str) -> str:
-    """The part of a sentence that can tell about the user. Put to the other side ("Can you
-    suggest a quick dinner I could make before work?", "You're doing an awesome job looking after
-    your family!"), the words before the user speaks of themselves are a request or are about the
-    other side, so it is the sentence from its first "I", "my", "me"… on; nothing when it has
-    none. Any other sentence, whole. A thank-you opening it ("Thanks for your help, the move
-    to Porto went well.") puts nothing to the other side."""
+def _said_of_themselves(sentence: str) -> set[str]:
+    """The `content_words` of the part of a sentence that can tell about the user. Put to the
+    other side ("Can you suggest a quick dinner I could make before work?", "You're doing an
+    awesome job looking after your family!"), the words before the user speaks of themselves are
+    a request or are about the other side, so it is the sentence from its first "I", "my", "me"…
+    on; nothing when it has none. Any other sentence, whole. A thank-you opening it ("Thanks for
+    your help, the move to Porto went well.") puts nothing to the other side."""
     normalized, _ = _normalized(sentence)
     words = _WORD.findall(_THANKS.sub("", normalized, count=1))
     if not _ADDRESSED.intersection(words):
-        return sentence
+        return _meaningful(_WORD.findall(normalized))
     first = next((n for n, word in enumerate(words) if word in _FIRST_PERSON), len(words))
-    return " ".join(words[first:])
+    return _meaningful(words[first:])
 
 
 def best_supporting_sentence(message: str, fact: str) -> str | None:

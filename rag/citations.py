@@ -84,11 +84,12 @@ CITATION = re.compile(r"\[(\d+)\]")
 # Citations opening a line or a list item ("[1] In 1939, …", "1. [1] In 1939, …", as the local
 # model wrote research parts): the item's marker (group 1), the citations (group 2), the space
 # after them.
-_ITEM_MARKER = re.compile(r"(?:[-*+]|\d{1,3}[.)])?[ \t]*")
+_ITEM_NUMBER = r"\d{1,3}[.)]"  # a numbered item's number and its mark
+_ITEM_MARKER = re.compile(rf"(?:[-*+]|{_ITEM_NUMBER})?[ \t]*")
 # A numbered item's marker so far, at a line's start (the "." after its number ends nothing).
-_ITEM_SO_FAR = re.compile(r"[ \t]*\d{1,3}(?:[.)][ \t]*)?")
+_ITEM_SO_FAR = re.compile(rf"[ \t]*(?:\d{{1,3}}|{_ITEM_NUMBER}[ \t]*)")
 # A numbered item's marker, which is no number its fact states.
-_NUMBERED_ITEM = re.compile(r"\A\s*\d{1,3}[.)][ \t]+")
+_NUMBERED_ITEM = re.compile(rf"\A\s*{_ITEM_NUMBER}[ \t]+")
 _LEADING_CITATIONS = re.compile(rf"({_ITEM_MARKER.pattern})((?:\[\d+\])*)[ \t]*")
 # A sentence cited from a source shares at least this much of its meaningful words with it (and
 # at least two words: "Hi!" or "Yes." are in any page).
