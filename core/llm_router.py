@@ -22,8 +22,11 @@ from litellm import Router
 from core.config import Settings
 from core.custom_provider import CustomProvider
 from core.errors import StartupError
+from core.stream_finalizer import drop_stream_finalizer
 
 log = logging.getLogger("resolveai.models")
+
+drop_stream_finalizer()  # every model call goes through this module's Router
 
 ROLES = ("chat", "utility", "memory")
 # A role missing from MODELS_CONFIG, with no fallback named for it, runs on this role's models.
