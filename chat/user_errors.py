@@ -75,9 +75,12 @@ def plain_reason(error: BaseException) -> str:
 def reply_failed(error: BaseException, chat_id: uuid.UUID | str) -> str:
     """Log why a reply failed (raw, with a ref) and return what the user is told (with it)."""
     ref = new_ref()
+    told = plain_reason(error)
+    # A failure no sentence explains is a bug: where it happened goes to the log too.
     log.error("Chat %s: reply failed (ref %s): %s: %s", short_id(chat_id), ref,
-              type(error).__name__, first_line(error, 500))  # fmt: skip
-    return f"{plain_reason(error)} (ref {ref})"
+              type(error).__name__, first_line(error, 500),
+              exc_info=error if told == REPLY_FAILED else None)  # fmt: skip
+    return f"{told} (ref {ref})"
 
 
 def reply_ended(reason: str, detail: str | None, chat_id: uuid.UUID | str) -> str:

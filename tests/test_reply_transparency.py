@@ -19,7 +19,13 @@ import pytest
 from litellm import Router
 
 from chat.runner import start_turn, stream_turn
-from chat.user_errors import WEB_SEARCH_OFF, fallback_note, plain_reason, web_search_status
+from chat.user_errors import (
+    WEB_SEARCH_OFF,
+    fallback_note,
+    plain_reason,
+    reply_failed,
+    web_search_status,
+)
 from core import chat_store
 from core.accounts import LOCAL_USER_ID
 from core.llm_router import build_router, plan_models, provider_handler, register_provider
@@ -73,6 +79,26 @@ def test_error_sentences_by_kind() -> None:
     assert web_search_status("off (TAVILY_API_KEY not set)") == WEB_SEARCH_OFF
     assert "Tavily key in .env" in WEB_SEARCH_OFF
     assert web_search_status("tavily") is None
+
+
+def test_a_failure_nobody_explained_logs_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    # A known kind (the provider is down) is explained by its sentence; anything else is a bug,
+    # and whoever runs the server needs where it happened, found by the ref the user quotes.
+    caplog.set_level(logging.ERROR, logger="resolveai.chat")
+    for error in (
+        RuntimeError("Called get_config outside of a runnable context"),
+        litellm.ServiceUnavailableError("down", llm_provider="groq", model="x"),
+    ):
+        try:
+            raise error
+        except Exception as raised:
+            told = reply_failed(raised, "chat-1")
+        ref = told.rsplit("(ref ", 1)[1].rstrip(")")
+        (record,) = [r for r in caplog.records if ref in r.getMessage()]
+        if isinstance(error, RuntimeError):
+            assert record.exc_info and record.exc_info[1] is error
+        else:
+            assert not record.exc_info
 
 
 # --- the model under the reply -------------------------------------------------------------------
