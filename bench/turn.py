@@ -1,7 +1,7 @@
 """Per-turn server overhead: what one chat message costs the server beyond what any server pays.
 
     python -m bench.turn [--clients 1,10,50] [--turns 20] [--rounds 3] [--think 0]
-                         [--memories 20] [--side-turns 5] [--no-local]
+                         [--memories 20] [--side-turns 5] [--no-local] [--without-event-log]
     python -m bench.turn --tiny        # smoke-check size: 1 and 2 clients, 3 messages, 1 round
 
 What runs: the real app (`server.create_app`) on uvicorn in this process's event loop, on the real
@@ -24,7 +24,10 @@ Baseline, measured in the same run and interleaved with it round by round: a bar
 uvicorn, in the same loop, whose endpoints parse the same JSON body and stream the very events of a
 ResolveAI turn (captured from a real one at warm-up) through sse-starlette. It pays for uvicorn,
 FastAPI, SSE and the client, nothing else. Overhead = ResolveAI minus baseline at each percentile,
-paired within a round, median over rounds.
+paired within a round, median over rounds. With `--without-event-log` a third server runs in every
+round too: ResolveAI itself with its event log patched out (`bench/without_event_log.py`: no turn
+row, no stored events, no finish, no Stop look), so what the durable turns of #13 cost a message
+is a difference paired within each round, not between runs minutes apart.
 
 Measured per turn: request to first `token` event, request to `done`, turns/s (all messages of a
 phase over its wall time), percentiles over every message of a phase (median over rounds), the
@@ -88,6 +91,7 @@ from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from bench.turn_client import MESSAGE
+from bench.without_event_log import event_log_patched_out
 from chat import summary
 from chat.memory_worker import MemoryWorker
 from core import memory_jobs, memory_store, model_calls
@@ -107,6 +111,8 @@ TARGET_P50_MS = 15.0  # overhead at TARGET_CLIENTS concurrent clients, request t
 TARGET_P99_MS = 60.0
 TARGET_CLIENTS = 10
 TARGET_STALL_MS = 50.0  # no longer stall while embeddings or the local model run
+TARGET_EVENT_LOG_P50_MS = 5.0  # what the event log may add at TARGET_CLIENTS clients (#13)
+WITHOUT_EVENT_LOG = "resolveai without event log"
 LAG_INTERVAL = 0.005
 LOCAL_MAX_TOKENS = 48
 LOCAL_PROMPT = [
@@ -535,6 +541,7 @@ class Options:
     side_turns: int = 5  # messages per client in the embeddings and local-model phases (one round)
     local: bool = True
     local_clients: int = TARGET_CLIENTS
+    without_event_log: bool = False  # a third server in every round: ours, event log patched out
 
     @classmethod
     def tiny(cls) -> Options:
@@ -578,7 +585,9 @@ class Bench:
         self.round_trips.take()
         self.gc_pauses.take()
         cpu, postgres_cpu = time.process_time(), self.postgres.seconds()
-        result = await self.client.run(url, clients, turns, self.think)
+        patch = event_log_patched_out if server == WITHOUT_EVENT_LOG else contextlib.nullcontext
+        with patch():
+            result = await self.client.run(url, clients, turns, self.think)
         if server != "baseline":  # (the bare baseline queues none; its count stays its own)
             await self.memory_jobs_done()
         lag, on_cpu, stall = self.probe.take()
@@ -668,15 +677,20 @@ class Bench:
                     for url in (base, ours):
                         await self.client.run(url, 2, 3)
                     report.breakdown = await self.breakdown(ours)
+                    servers = [("baseline", base), ("resolveai", ours)]
+                    if options.without_event_log:
+                        servers.append((WITHOUT_EVENT_LOG, ours))
                     for clients in options.clients:
                         for round_number in range(options.rounds):
-                            order = [("baseline", base), ("resolveai", ours)]
-                            for server, url in order[:: 1 if round_number % 2 == 0 else -1]:
+                            # Each server takes each place in turn: none always runs first.
+                            turn = round_number % len(servers)
+                            for server, url in servers[turn:] + servers[:turn]:
                                 report.phases.append(
                                     await self.phase(server, url, clients, options.turns)
                                 )
-                    await self.memory_phase(report, ours, options)
-                    if options.local:
+                    if options.side_turns:  # (0: the side phases are not wanted)
+                        await self.memory_phase(report, ours, options)
+                    if options.local and options.side_turns:
                         await self.local_phase(report, ours, options)
         finally:
             queue_worker.POLL_SECONDS = poll_seconds
@@ -827,11 +841,49 @@ def _lag_cell(phases: list[Phase]) -> str:
     return f"{lag_max:.1f} / {lag_p99:.1f} / {on_cpu:.1f}"
 
 
+def paired_ms(
+    report: Report, clients: int, key: str, p: float, base: str = "baseline"
+) -> list[float]:
+    """ResolveAI minus `base` at percentile `p`, for each round (the two ran in the same one)."""
+    ours = report.of("resolveai", clients)
+    other = report.of(base, clients)
+    return [o.ms(key, p) - b.ms(key, p) for o, b in zip(ours, other, strict=True)]
+
+
 def overhead_ms(report: Report, clients: int, key: str, p: float) -> float:
     """ResolveAI minus baseline at percentile `p`, paired within each round, median over rounds."""
-    ours = report.of("resolveai", clients)
-    base = report.of("baseline", clients)
-    return _median([o.ms(key, p) - b.ms(key, p) for o, b in zip(ours, base, strict=True)])
+    return _median(paired_ms(report, clients, key, p))
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of `values` (the sign test's: order statistics
+    k and n + 1 - k, k the largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2); the
+    extremes when there are too few values for `confidence`."""
+    ordered = sorted(values)
+    n = len(ordered)
+    k, below = 0, 0.0  # below = P(Binomial(n, 1/2) < k + 1)
+    while k < n // 2:
+        below += math.comb(n, k) / 2**n
+        if below > (1 - confidence) / 2:
+            break
+        k += 1
+    k = max(k, 1)
+    return ordered[k - 1], ordered[n - k]
+
+
+def event_log_line(report: Report, clients: int) -> str:
+    """What the event log adds to the p50 of `done`: ResolveAI minus itself with the event log
+    patched out, paired within each round; the median over rounds (a round beside a burst of
+    load moves one pair, not the median), with its 95% interval."""
+    differences = paired_ms(report, clients, "done", 50, base=WITHOUT_EVENT_LOG)
+    cost = _median(differences)
+    low, high = median_interval(differences)
+    verdict = "met" if cost < TARGET_EVENT_LOG_P50_MS else "MISSED"
+    return (
+        f"the event log's p50 cost at {clients} clients (request → done) under "
+        f"{TARGET_EVENT_LOG_P50_MS:.0f} ms: {cost:+.1f} ms, {verdict} (median of "
+        f"{len(differences)} rounds' differences; 95% interval {low:+.1f} to {high:+.1f} ms)"
+    )
 
 
 def render(report: Report, options: Options) -> str:
@@ -869,6 +921,9 @@ def render(report: Report, options: Options) -> str:
         ours = report.of("resolveai", clients)
         lines.append(row("bare FastAPI SSE (baseline)", clients, base))
         lines.append(row("ResolveAI", clients, ours))
+        without = report.of(WITHOUT_EVENT_LOG, clients)
+        if without:
+            lines.append(row("ResolveAI, event log patched out", clients, without))
         first = [overhead_ms(report, clients, "first", q) for q in PERCENTILES]
         done = [overhead_ms(report, clients, "done", q) for q in PERCENTILES]
         ratio = _median([o.turns_per_s / b.turns_per_s for o, b in zip(ours, base, strict=True)])
@@ -896,6 +951,8 @@ def render(report: Report, options: Options) -> str:
             f"- p99 overhead at {TARGET_CLIENTS} clients (request → done) under "
             f"{TARGET_P99_MS:.0f} ms: {p99:.1f} ms, {'met' if p99 < TARGET_P99_MS else 'MISSED'}"
         )
+        if report.of(WITHOUT_EVENT_LOG, TARGET_CLIENTS):
+            lines.append(f"- {event_log_line(report, TARGET_CLIENTS)}")
     for server, what in (
         ("resolveai + embeddings", "embeddings run"),
         ("resolveai + local model", "the local model generates"),
@@ -1004,6 +1061,10 @@ def main() -> None:
         "--memories", type=int, default=20, help="the user's memories (5 or fewer: no search)"
     )
     parser.add_argument("--no-local", action="store_true", help="skip the local model phase")
+    parser.add_argument(
+        "--without-event-log", action="store_true",
+        help="also run ResolveAI with its event log patched out, in every round (#13's cost)",
+    )  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="smoke-check size")
     args = parser.parse_args()
     faulthandler.enable()  # a crash in native code (torch, llama.cpp, libpq) says where
@@ -1014,7 +1075,8 @@ def main() -> None:
         options = Options(clients=clients, turns=args.turns, rounds=args.rounds, think=args.think,
                           memories=args.memories, memory_clients=min(TARGET_CLIENTS, max(clients)),
                           side_turns=args.side_turns, local=not args.no_local,
-                          local_clients=min(TARGET_CLIENTS, max(clients)))  # fmt: skip
+                          local_clients=min(TARGET_CLIENTS, max(clients)),
+                          without_event_log=args.without_event_log)  # fmt: skip
     asyncio.run(_main(options))
 
 

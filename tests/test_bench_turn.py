@@ -12,7 +12,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bench.turn import Options, render, run_bench
+from bench.turn import (
+    WITHOUT_EVENT_LOG,
+    Options,
+    event_log_line,
+    median_interval,
+    render,
+    run_bench,
+)
 from core.config import Settings
 from core.db import Database
 from core.llm_router import build_router, plan_models
@@ -20,7 +27,10 @@ from core.services import Services
 from rag.embedder import Embedder
 from tests.conftest import SCRIPTED_MODELS
 
-OPTIONS = Options(clients=[1, 2], turns=2, rounds=1, memory_clients=1, side_turns=2, local=False)
+OPTIONS = Options(
+    clients=[1, 2], turns=2, rounds=1, memory_clients=1, side_turns=2, local=False,
+    without_event_log=True,
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -46,7 +56,8 @@ async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Servi
     # Every message of every phase got its reply.
     servers = [(phase.server, phase.clients) for phase in report.phases]
     assert servers == [
-        ("baseline", 1), ("resolveai", 1), ("baseline", 2), ("resolveai", 2),
+        ("baseline", 1), ("resolveai", 1), (WITHOUT_EVENT_LOG, 1),
+        ("baseline", 2), ("resolveai", 2), (WITHOUT_EVENT_LOG, 2),
         ("resolveai + embeddings", 1),
     ]  # fmt: skip
     for phase in report.phases:
@@ -92,3 +103,22 @@ async def test_bench_runs_every_phase_and_counts_plausibly(bench_services: Servi
     table = render(report, OPTIONS)
     assert table.count("| ResolveAI |") == 2 and table.count("**overhead**") == 2
     assert "ResolveAI + embeddings" in table and "while embeddings run" in table
+
+    # With the event log patched out a message makes no statement of the event log's own (its
+    # finish, at least; its turn row rides with the question either way), and the patch is gone
+    # once its phases are: the phase after it still makes them.
+    for clients in OPTIONS.clients:
+        (ours,) = report.of("resolveai", clients)
+        (without,) = report.of(WITHOUT_EVENT_LOG, clients)
+        assert without.done == without.expected
+        assert without.round_trips_per_turn <= ours.round_trips_per_turn - 1
+    assert table.count("| ResolveAI, event log patched out |") == 2
+    assert "the event log's p50 cost at 2 clients" in event_log_line(report, 2)
+
+
+def test_the_median_interval_is_the_sign_tests() -> None:
+    # The textbook 95% intervals: the 4th and 12th of 15 values, the 16th and 30th of 45 (in any
+    # order given); too few values for 95% give the extremes.
+    assert median_interval([float(v) for v in reversed(range(1, 16))]) == (4.0, 12.0)
+    assert median_interval([float(v) for v in range(1, 46)]) == (16.0, 30.0)
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
