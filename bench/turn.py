@@ -92,7 +92,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from bench.turn_client import MESSAGE
 from bench.without_event_log import event_log_patched_out
-from chat import summary
+from chat import summary, turn_jobs
 from chat.memory_worker import MemoryWorker
 from core import memory_jobs, memory_store, model_calls
 from core.config import PROJECT_ROOT, load_settings
@@ -580,7 +580,7 @@ class Bench:
 
     async def phase(self, server: str, url: str, clients: int, turns: int) -> Phase:
         assert self.client is not None
-        await self.memory_jobs_done()
+        await self.work_settled()
         self.probe.take()
         self.round_trips.take()
         self.gc_pauses.take()
@@ -589,7 +589,7 @@ class Bench:
         with patch():
             result = await self.client.run(url, clients, turns, self.think)
         if server != "baseline":  # (the bare baseline queues none; its count stays its own)
-            await self.memory_jobs_done()
+            await self.work_settled()
         lag, on_cpu, stall = self.probe.take()
         phase = Phase(server, clients, turns, result["turns"], result["wall"], lag,
                       self.round_trips.take(), time.process_time() - cpu,
@@ -602,12 +602,14 @@ class Bench:
         )
         return phase
 
-    async def memory_jobs_done(self) -> None:
-        """Wait for the summary folds, memory extractions and usage rows started so far. They run
-        after each reply, in this process: their work belongs to the phase that caused it, not the
-        next."""
+    async def work_settled(self) -> None:
+        """Wait for the replies' ends, summary folds, memory extractions and usage rows started so
+        far. They run after each reply's `done`, in this process: their work belongs to the phase
+        that caused it, not the next (a reply's event-log finish counted in the next phase, or
+        skipped there by the patch of `--without-event-log`)."""
         token = _UNCOUNTED.set(True)
         try:
+            await turn_jobs.settled()
             await summary.settled()  # (the folds' own round trips are counted: not this task's)
             # Polling: jobs are claimed by the worker's own task, at its own pace.
             assert self.worker is not None
@@ -632,14 +634,14 @@ class Bench:
                 async with http.stream("POST", "/api/messages", json={"content": MESSAGE}) as r:
                     events = [e async for e in read_events(r)]
                 chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
-                await self.memory_jobs_done()  # the first message's work is not counted
+                await self.work_settled()  # the first message's work is not counted
                 self.round_trips.labels.clear()
                 self.round_trips.labelled = True
                 try:
                     path = f"/api/chats/{chat_id}/messages"
                     async with http.stream("POST", path, json={"content": MESSAGE}) as r:
                         [e async for e in read_events(r)]
-                    await self.memory_jobs_done()
+                    await self.work_settled()
                 finally:
                     self.round_trips.labelled = False
                 labels = Counter(self.round_trips.labels)
