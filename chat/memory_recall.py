@@ -11,6 +11,11 @@ several clauses ("Where do I work, and how many children do I have?") is searche
 too: the whole message's meaning lies between its parts' facts and may reach none of them. They
 are noted on the turn (saved with the reply: "Used 2 memories") and announced to the browser with
 a `memories` event.
+
+What the user said in another chat that extraction has not read yet (on the local model it waits
+behind the replies, tens of seconds) is given too: the sentences of those messages in which the
+user states something of themselves, as they wrote them. Asked in a new chat right after telling
+it, "What am I allergic to?" is answered from the user's own words until the memory exists.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from typing import Any
 
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
+from core import memory_jobs
+from core.grounding import statements_of_themselves
+from core.memory_jobs import QueuedMessage
 from core.memory_search import RetrievedMemory, few_memories, retrieve_memories
 from core.tracing import traced
 
@@ -32,6 +40,10 @@ RECALL_LIMIT = 5
 # ~150 tokens of facts (about 4 characters a token): enough for 5 short facts, small enough that
 # the local model reads them in a few seconds.
 RECALL_CHARS = 600
+# The user's messages not read by extraction yet: the newest few, as much again in all.
+QUEUED_LIMIT = 3
+QUEUED_CHARS = 600
+MIN_SAID_CHARS = 40  # less room left than this: no cut-off fragment
 # A question about the past ("where did I live before?") may need facts the user has since
 # changed; any other question gets current facts only.
 _ABOUT_THE_PAST = re.compile(
@@ -76,34 +88,19 @@ def _interleaved(lists: list[list[RetrievedMemory]]) -> list[RetrievedMemory]:
 
 @traced("memory recall", kind="retriever")
 async def recall_memories(turn: TurnContext, text: str) -> list[str]:
-    """The recalled facts as prompt lines (each dated), noted on the turn; none when memory is
-    off for this turn."""
+    """The recalled facts as prompt lines (each dated), noted on the turn, then what the user said
+    in other chats that extraction has not read yet; none when memory is off for this turn."""
     if turn.memory == "off" or not text.strip():
         return []
     started = time.perf_counter()
-    pool, past = turn.services.database.pool, about_the_past(text)
     try:
-        found = await few_memories(
-            pool, user_id=turn.user_id, limit=RECALL_LIMIT, chars=RECALL_CHARS,
-            include_superseded=past,
+        found, queued = await asyncio.gather(
+            _memories_for(turn, text),
+            memory_jobs.queued_messages(
+                turn.services.database.pool, user_id=turn.user_id,
+                other_than_chat=turn.chat_id, limit=QUEUED_LIMIT,
+            ),
         )  # fmt: skip
-        if found is None:
-            searches = [text, *clauses(text)]
-            found = _interleaved(
-                await asyncio.gather(
-                    *(
-                        retrieve_memories(
-                            pool,
-                            turn.services.embedder,
-                            query,
-                            user_id=turn.user_id,
-                            limit=RECALL_LIMIT,
-                            include_superseded=past,
-                        )
-                        for query in searches
-                    )
-                )
-            )[:RECALL_LIMIT]
     except Exception as error:  # a reply without memories beats no reply
         log.warning("Memory: recall failed, answering without it (%s: %s)",
                     type(error).__name__, error)  # fmt: skip
@@ -115,17 +112,75 @@ async def recall_memories(turn: TurnContext, text: str) -> list[str]:
             break
         kept.append(memory)
         used += len(memory.content)
+    said = said_lines(queued)
     log.info(
-        "Memory: recalled %d for chat %s (%d ms)",
+        "Memory: recalled %d%s for chat %s (%d ms)",
         len(kept),
+        f" and {len(said)} messages not yet read" if said else "",
         short_id(turn.chat_id),
         (time.perf_counter() - started) * 1000,
     )
-    if not kept:
-        return []
-    note_memories(turn, kept)
-    step_event(turn, f"Using {len(kept)} {'memory' if len(kept) == 1 else 'memories'} about you")
-    return [prompt_line(memory) for memory in kept]
+    if kept:
+        note_memories(turn, kept)
+    if kept or said:
+        step_event(turn, using_step(len(kept), bool(said)))
+    return [prompt_line(memory) for memory in kept] + said
+
+
+async def _memories_for(turn: TurnContext, text: str) -> list[RetrievedMemory]:
+    """All of a few memories, else those the message's words find (best first)."""
+    pool, past = turn.services.database.pool, about_the_past(text)
+    found = await few_memories(
+        pool, user_id=turn.user_id, limit=RECALL_LIMIT, chars=RECALL_CHARS,
+        include_superseded=past,
+    )  # fmt: skip
+    if found is not None:
+        return found
+    searches = [text, *clauses(text)]
+    return _interleaved(
+        await asyncio.gather(
+            *(
+                retrieve_memories(
+                    pool,
+                    turn.services.embedder,
+                    query,
+                    user_id=turn.user_id,
+                    limit=RECALL_LIMIT,
+                    include_superseded=past,
+                )
+                for query in searches
+            )
+        )
+    )[:RECALL_LIMIT]
+
+
+def said_lines(queued: list[QueuedMessage]) -> list[str]:
+    """Prompt lines of what the user said of themselves in `queued` (newest first), at most
+    `QUEUED_CHARS` of their words in all: a longer message is cut at a word."""
+    lines: list[str] = []
+    room = QUEUED_CHARS
+    for message in queued:
+        told = " ".join(statements_of_themselves(message.content))
+        if not told or room < MIN_SAID_CHARS:
+            continue
+        if len(told) > room:
+            told = told[:room].rsplit(" ", 1)[0] + " …"
+        room -= len(told)
+        said = message.sent_at.date().isoformat()
+        lines.append(
+            f'The user said on {said}, in another chat (not yet saved as a memory): "{told}"'
+        )
+    return lines
+
+
+def using_step(memories: int, said: bool) -> str:
+    """E.g. 'Using 2 memories about you and what you said in another chat'."""
+    parts = []
+    if memories:
+        parts.append(f"{memories} {'memory' if memories == 1 else 'memories'} about you")
+    if said:
+        parts.append("what you said in another chat")
+    return "Using " + " and ".join(parts)
 
 
 def prompt_line(memory: RetrievedMemory) -> str:

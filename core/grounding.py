@@ -172,6 +172,18 @@ def _said_of_themselves(sentence: str) -> set[str]:
     return _meaningful(words[first:])
 
 
+def statements_of_themselves(message: str) -> list[str]:
+    """The message's sentences, exactly as written, in which the user states something of
+    themselves: not questions, with a first-person word ("Hi, I'm Marta.", "My son is six.").
+    What a message may tell about its user before extraction has read it (chat/memory_recall.py)."""
+    return [
+        sentence
+        for sentence in split_sentences(message)
+        if not sentence.rstrip(_CLOSING_CHARACTERS).endswith("?")
+        and _FIRST_PERSON.intersection(_WORD.findall(_normalized(sentence)[0]))
+    ]
+
+
 def best_supporting_sentence(message: str, fact: str) -> str | None:
     """The sentence of `message` that shares the most meaningful words with `fact`, if it shares
     at least half of them: for a model that stated a fact but cited the wrong sentence number

@@ -5,15 +5,17 @@ reply, so a crash cannot lose it). Any server process takes the oldest job with 
 lock with SKIP LOCKED picks it, and a lease (`claimed_until`) keeps other processes off it while
 the extraction runs; a process that dies mid-job only delays it until the lease runs out. `finish`
 deletes the job (and says whether another waits); `fail` records the error and frees it for a
-retry, up to `MAX_ATTEMPTS`.
+retry, up to `MAX_ATTEMPTS`. Until then, recall gives the user's own words from the queue
+(`queued_messages`): what they said is known at once, the memory made from it later.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
-from core.statements import Db, execute, fetch_one
+from core.statements import Db, execute, fetch_all, fetch_one
 
 LEASE_SECONDS = 300  # longer than the slowest extraction call (the local model on a busy CPU)
 MAX_ATTEMPTS = 3
@@ -34,6 +36,27 @@ async def enqueue(db: Db, message_id: uuid.UUID, chat_id: uuid.UUID) -> None:
         " ON CONFLICT (message_id) DO NOTHING",
         (message_id, chat_id),
     )
+
+
+@dataclass(frozen=True)
+class QueuedMessage:
+    content: str  # the user's message, as written
+    sent_at: datetime
+
+
+async def queued_messages(
+    db: Db, *, user_id: uuid.UUID, other_than_chat: uuid.UUID, limit: int
+) -> list[QueuedMessage]:
+    """The user's newest `limit` messages still queued (or being extracted), newest first, from
+    chats other than `other_than_chat` (whose history holds its own)."""
+    rows = await fetch_all(
+        db,
+        "SELECT m.content, m.sent_at FROM memory_jobs j"
+        " JOIN chats c ON c.chat_id = j.chat_id JOIN messages m ON m.message_id = j.message_id"
+        " WHERE c.user_id = %s AND j.chat_id <> %s ORDER BY m.sent_at DESC LIMIT %s",
+        (user_id, other_than_chat, limit),
+    )
+    return [QueuedMessage(**row) for row in rows]
 
 
 async def claim(db: Db, lease_seconds: int = LEASE_SECONDS) -> MemoryJob | None:

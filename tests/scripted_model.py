@@ -13,6 +13,8 @@ router, graph, database and embedder run above it. A turn is a dict:
 - `{"error": "message"}`: the call fails like an unavailable hosted model; with `text` or
   `chunks` too, it fails after streaming them (a reply cut short);
 - `"delay": seconds` (optional, any turn): a pause before each piece, to test streaming and stops;
+- `"gate": asyncio.Event` (optional, any turn): the call waits for it before its first piece, to
+  hold a background call (an extraction) while the test looks at what happens meanwhile;
 - `"finish_reason": "length"` (optional): the reply reports being cut by the length limit.
 
 `scripted/memory` (memory extraction) has a queue of its own, filled with `push_for("memory", …)`
@@ -134,6 +136,8 @@ class ScriptedProvider(CustomProvider):
             turn = self.responder(model, messages)
         else:
             raise ProviderFailure("scripted provider has no turn left", status_code=500)
+        if "gate" in turn:  # held until the test opens it (an `asyncio.Event`)
+            await turn["gate"].wait()
         pieces = turn.get("chunks") or re.findall(r"\S+\s*|\s+", turn.get("text", ""))
         if "error" in turn and not pieces:
             raise ProviderFailure(str(turn["error"]))
