@@ -31,6 +31,7 @@ from core import chat_store
 from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
+from core.repetition import REPEATING_NOTE, Unlooped
 from core.tracing import span, trace_metadata
 from rag.citations import SupportCitations
 from rag.link_reader import links_in
@@ -201,8 +202,9 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     listener = progress_listener.set(_progress_steps(turn))
     try:
         for continuation in range(MAX_CONTINUATIONS + 1):
-            stream = await _stream_chat(turn, messages, tools, tool_choice, force_search, calls)
-            note_answer(turn, stream)
+            answering = await _stream_chat(turn, messages, tools, tool_choice, force_search, calls)
+            note_answer(turn, answering)
+            stream = Unlooped(answering)
             finish = None
             async for chunk in stream:
                 if not chunk.choices:
@@ -219,6 +221,9 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
                 if text:
                     shown.append(text)
                     reply, separator = _show(reply, separator, text)
+            if stream.looped:
+                turn.add_note(REPEATING_NOTE)
+                break
             if finish != "length" or streamed.has_calls() or continuation == MAX_CONTINUATIONS:
                 break
             # Cut by the length limit: ask for the rest and stitch it on.

@@ -40,6 +40,7 @@ from core.prompts import (
     source_blocks,
     web_answer_request,
 )
+from core.repetition import REPEATING_NOTE, Unlooped
 from core.tracing import span
 from rag.chunk_judge import json_object_in
 from rag.citations import CITATION, SupportCitations, says_not_found
@@ -326,10 +327,13 @@ class Research:
         # The sources this part was shown, and only those.
         citations = SupportCitations({n: "\n".join(chunks) for n, chunks in texts.items()})
         written = self.written[i] = []
-        async for chunk in stream:
+        unlooped = Unlooped(stream)
+        async for chunk in unlooped:
             piece = chunk.choices[0].delta.content if chunk.choices else None
             if piece:
                 written.append(citations.feed(piece))
+        if unlooped.looped:
+            self.step(f"Part {k}: {REPEATING_NOTE}")
         written.append(citations.finish())
         text = "".join(written).strip()
         if text and not CITATION.search(text) and not says_not_found(text):

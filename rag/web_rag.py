@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from core.prompts import source_blocks, web_answer_request
+from core.repetition import REPEATING_NOTE, Unlooped
 from core.tracing import span
 from rag.chunk_judge import check_evidence
 from rag.citations import SupportCitations
@@ -185,11 +186,14 @@ class WebSearchRound:
         self.answered(stream)
         citations = SupportCitations({s.n: "\n".join(s.texts) for s in sources})
         shown: list[str] = []
-        async for chunk in stream:
+        unlooped = Unlooped(stream)
+        async for chunk in unlooped:
             piece = chunk.choices[0].delta.content if chunk.choices else None
             if piece and (text := citations.feed(piece)):
                 shown.append(text)
                 self.token(text)
+        if unlooped.looped:
+            self.step(REPEATING_NOTE)
         if rest := citations.finish():
             shown.append(rest)
             self.token(rest)

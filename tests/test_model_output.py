@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from chat.nodes import CONTINUE_REQUEST, MAX_CONTINUATIONS
+from core.repetition import REPEATING_NOTE
 from tests.chat_client import read_events, send
 
 RAW_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -72,6 +73,39 @@ async def test_a_reply_cut_by_the_length_limit_is_continued_and_stitched(client,
     last = chat_calls[-1]["messages"]
     assert last[-1] == {"role": "user", "content": CONTINUE_REQUEST}
     assert last[-2]["content"] == "The three steps are: first, second, and "
+
+
+async def test_a_reply_going_round_in_circles_ends_at_its_first_loop(client, model) -> None:
+    """Seen in a keyless trial: asked how a bicycle gear works, the local model wrote one
+    paragraph 40 times over (15,000 characters in 4 minutes), continued twice after the length
+    limit. The second time a paragraph is written, the call ends: no more is generated or
+    continued, what streamed is the reply, and the user is told why it ends there."""
+    produced: list[Any] = []
+    generate = model.generate
+
+    async def recording(name: str, messages: list, params: dict) -> AsyncIterator[Any]:
+        async for event in generate(name, messages, params):
+            produced.append(event)
+            yield event
+
+    intro = "Bicycle gears change the ratio between the pedals and the back wheel.\n\n"
+    circle = (
+        "As you pedal harder still, the chain connected to the pedals moves even faster. This "
+        "causes the gear on the front wheel to rotate even faster than the gear on the rear "
+        "wheel. The ratio between the gears determines how much force is transmitted.\n\n"
+    )
+    model.generate = recording  # type: ignore[method-assign]
+    try:
+        model.push({"chunks": [intro] + [circle] * 40, "finish_reason": "length"})
+        events = await send(client, "Explain how a bicycle gear works.")
+    finally:
+        model.generate = generate  # type: ignore[method-assign]
+    assert events[-1]["type"] == "done"
+    assert shown(events) == intro + circle * 2
+    assert await saved_reply(client, events[0]["chat_id"]) == shown(events)
+    assert REPEATING_NOTE in events[-1]["notes"]
+    assert len([c for c in model.calls if c["model"] == "chat"]) == 1  # not continued
+    assert len(produced) < 10  # the stream was closed, not read to its end
 
 
 async def test_stop_stops_the_model_too(client, model) -> None:
