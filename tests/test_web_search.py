@@ -27,6 +27,7 @@ from core import chat_store
 from core.accounts import LOCAL_USER_ID
 from core.config import PROJECT_ROOT, Settings
 from core.prompts import UNTRUSTED_SOURCES_RULE
+from core.repetition import REPEATING_NOTE
 from core.services import Services, open_services
 from rag.search_providers import SearchError
 from tests.chat_client import send, serve
@@ -146,6 +147,25 @@ async def test_enough_evidence_on_the_first_search(client, model) -> None:
     assert saved["content"] == "Warsaw has about 1.7 million inhabitants[1]."
     assert saved["sources"] == sources
     assert saved["tool_calls"][0]["name"] == "web_search"
+
+
+async def test_a_web_answer_going_round_in_circles_ends_at_its_first_loop(client, model) -> None:
+    circle = (
+        "Warsaw is the capital and largest city of Poland, with about 1.7 million inhabitants "
+        "living in the city proper and about 3.1 million in its metropolitan area, which makes "
+        "it one of the largest cities in the whole European Union today[1].\n\n"
+    )
+    model.push(
+        search("Warsaw population"),
+        verdict(True, "The population is stated."),
+        {"chunks": [circle] * 30},
+    )
+    events = await send(client, "How many people live in Warsaw?")
+    assert events[-1]["type"] == "done"
+    assert answer_text(events) == circle * 2
+    assert REPEATING_NOTE in steps(events)
+    saved = (await client.get(f"/api/chats/{events[0]['chat_id']}/messages")).json()[1]
+    assert saved["content"] == answer_text(events).strip()
 
 
 async def test_a_search_round_ranks_with_the_ranking_copy(
