@@ -47,10 +47,13 @@ before it (saved from their own words). Facts from what the user says are saved 
 call save_memory only when the user asks you to remember something, with the exact words of \
 theirs that state it as the quote. Call retrieve_memory to look further. Never invent facts about \
 the user.",
-    # No memory tools (the local model): recall and saving happen around the model.
-    "recall": "What you know about the user from earlier chats is in a <memories> block before \
-their message (saved from their own words); use it when it is relevant. Never invent facts \
-about the user.",
+    # No memory tools (the local model): recall and saving happen around the model. The block's
+    # tag is not named: told of a "<memories> block", the local model wrote one into 2 of 12
+    # coding answers (once in place of the function's body); worded so, 0 of 12, and it answered
+    # 5 of 5 questions from given memories either way (2026-12-06, 6 coding prompts twice each).
+    "recall": "What you know about the user from earlier chats, when there is anything, is listed \
+before their message as memories (saved from their own words); use it when it is relevant. Never \
+invent facts about the user.",
     # A temporary chat, or memory paused.
     "off": "Memory is off in this chat: you know nothing about the user from other chats and \
 nothing from this one is remembered. Never invent facts about the user.",

@@ -140,7 +140,7 @@ def answer_skeleton(k: int) -> list[str]:
 def chat_system_skeleton(summary_: bool, memory: str = "tools") -> list[str]:
     return [
         "<instructions>",
-        *tags(MEMORY_RULES[memory]),  # the memory rule names the <memories> block
+        *tags(MEMORY_RULES[memory]),  # the memory rule may name the <memories> block
         "</instructions>",
         *(["<conversation_summary>", "</conversation_summary>"] if summary_ else []),
     ]

@@ -40,3 +40,11 @@ def test_instructions_say_how_to_answer_a_statement_and_not_to_repeat_them() -> 
 def test_web_note_only_when_asked() -> None:
     assert user_turn("hi", use_web=False) == "hi"
     assert user_turn("hi", use_web=True).endswith(WEB_NOTE + "</note>")
+
+
+def test_the_local_models_instructions_name_no_tag_it_could_echo() -> None:
+    """Told of "a <memories> block", the local model wrote one into its code answers (once in
+    place of the function's body); the memories it is given are still tagged in the message."""
+    instructions = chat_instructions(datetime(2026, 12, 6, 9, tzinfo=UTC), None, "recall")
+    assert "<memories>" not in instructions and "memories" in instructions
+    assert user_turn("Where do I work?", False, ["The user is a vet."]).startswith("<memories>\n")
