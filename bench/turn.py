@@ -692,8 +692,8 @@ class Bench:
                                 )
                     if options.side_turns:  # (0: the side phases are not wanted)
                         await self.memory_phase(report, ours, options)
-                    if options.local and options.side_turns:
-                        await self.local_phase(report, ours, options)
+                        if options.local:
+                            await self.local_phase(report, ours, options)
         finally:
             queue_worker.POLL_SECONDS = poll_seconds
             await self.client.close()

@@ -5,7 +5,8 @@ small local model does."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -24,6 +25,25 @@ def shown(events: list[dict[str, Any]]) -> str:
 async def saved_reply(client: httpx.AsyncClient, chat_id: str) -> str:
     messages = (await client.get(f"/api/chats/{chat_id}/messages")).json()
     return messages[-1]["content"]
+
+
+@contextlib.contextmanager
+def pieces_produced(model: Any) -> Iterator[list[float]]:
+    """The loop time of each piece the scripted model produces while the block runs."""
+    loop = asyncio.get_running_loop()
+    produced: list[float] = []
+    generate = model.generate
+
+    async def recording(name: str, messages: list, params: dict) -> AsyncIterator[Any]:
+        async for event in generate(name, messages, params):
+            produced.append(loop.time())
+            yield event
+
+    model.generate = recording
+    try:
+        yield produced
+    finally:
+        model.generate = generate
 
 
 async def test_tool_markup_never_reaches_the_screen_or_the_saved_reply(client, model) -> None:
@@ -80,26 +100,15 @@ async def test_a_reply_going_round_in_circles_ends_at_its_first_loop(client, mod
     paragraph 40 times over (15,000 characters in 4 minutes), continued twice after the length
     limit. The second time a paragraph is written, the call ends: no more is generated or
     continued, what streamed is the reply, and the user is told why it ends there."""
-    produced: list[Any] = []
-    generate = model.generate
-
-    async def recording(name: str, messages: list, params: dict) -> AsyncIterator[Any]:
-        async for event in generate(name, messages, params):
-            produced.append(event)
-            yield event
-
     intro = "Bicycle gears change the ratio between the pedals and the back wheel.\n\n"
     circle = (
         "As you pedal harder still, the chain connected to the pedals moves even faster. This "
         "causes the gear on the front wheel to rotate even faster than the gear on the rear "
         "wheel. The ratio between the gears determines how much force is transmitted.\n\n"
     )
-    model.generate = recording  # type: ignore[method-assign]
-    try:
+    with pieces_produced(model) as produced:
         model.push({"chunks": [intro] + [circle] * 40, "finish_reason": "length"})
         events = await send(client, "Explain how a bicycle gear works.")
-    finally:
-        model.generate = generate  # type: ignore[method-assign]
     assert events[-1]["type"] == "done"
     assert shown(events) == intro + circle * 2
     assert await saved_reply(client, events[0]["chat_id"]) == shown(events)
@@ -113,16 +122,7 @@ async def test_stop_stops_the_model_too(client, model) -> None:
     cancels it, so the model stops writing a reply nobody wants (the local model's CPU goes
     idle). Leaving the stream stops nothing (chat/turn_jobs.py); Stop does."""
     loop = asyncio.get_running_loop()
-    produced: list[float] = []
-    generate = model.generate
-
-    async def recording(name: str, messages: list, params: dict) -> AsyncIterator[Any]:
-        async for event in generate(name, messages, params):
-            produced.append(loop.time())
-            yield event
-
-    model.generate = recording  # type: ignore[method-assign]
-    try:
+    with pieces_produced(model) as produced:
         model.push({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
         async with client.stream("POST", "/api/messages", json={"content": "Write"}) as response:
             tokens, chat_id = 0, None
@@ -134,7 +134,5 @@ async def test_stop_stops_the_model_too(client, model) -> None:
                     left = loop.time()
         assert event["type"] == "interrupted"
         await asyncio.sleep(1.5)
-    finally:
-        model.generate = generate  # type: ignore[method-assign]
     # Without the turn stopping its nodes, ~30 more pieces came in this time.
     assert len([t for t in produced if t > left + 0.3]) == 0, len(produced)
