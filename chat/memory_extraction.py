@@ -15,7 +15,9 @@ is stored as an `add`: a model that picked the wrong number cannot overwrite or 
 `supersede` (with the update's similarity bar): an update would lose the old fact's text.
 
 The quote of each fact is the exact span of the cited sentences, so it is the user's own words by
-construction, and core/memory_store.py checks it again before anything is written. Bad output
+construction, and core/memory_store.py checks it again before anything is written. A fact must be
+about "the user"; one the model told of "they" is kept only as the user's own sentence, when they
+said it of a "we" (`_told_of_us`). Bad output
 writes nothing and logs one line; a fact the store refuses is dropped with one line.
 """
 
@@ -37,7 +39,9 @@ from core.grounding import (
     numbered_sentences,
     sentence_span,
     shares_a_word,
+    split_sentences,
     told_by,
+    told_of_us,
 )
 from core.memory_search import RetrievedMemory, retrieve_memories
 from core.preferences import with_defaults
@@ -63,6 +67,7 @@ _MEMORY_NUMBER = re.compile(r"M?\s*(\d+)", re.IGNORECASE)
 # summing up the message ("A bicycle gear is a mechanism…"), not something the user told about
 # themselves.
 _ABOUT_THE_USER = re.compile(r"\bthe user\b", re.IGNORECASE)
+_PLURAL_SUBJECT = re.compile(r"\s*(?:they|we|both|our|their)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -179,18 +184,18 @@ async def _apply(
     # "last year" would be wrong next year; "yesterday" is the user's yesterday.
     zone = with_defaults(message["preferences"])["time_zone"]
     fact = absolute_dates(fact, now_in(zone, message["sent_at"]).now)
-    if not _ABOUT_THE_USER.search(fact):
-        _refuse(result, fact, "not a fact about the user")
-        return
-    quote = None
-    if isinstance(numbers, list) and all(isinstance(n, int) for n in numbers):
-        quote = sentence_span(text, numbers)
-    if quote is None or not shares_a_word(fact, quote) or not told_by(fact, quote):
-        # A wrong sentence number: the fact may still be in another sentence, in its words.
-        quote = best_supporting_sentence(text, fact)
-    if quote is None:
-        _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
-        return
+    if _ABOUT_THE_USER.search(fact):
+        quote = _quote(text, numbers, fact)
+        if quote is None:
+            _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
+            return
+    else:
+        quote = _told_of_us(text, numbers, fact)
+        if quote is None:
+            _refuse(result, fact, "not a fact about the user")
+            return
+        # The model's "they" may be anyone; the user's own sentence says who.
+        fact = f'The user said: "{quote}"'
     target = _known_memory(operation.get("memory"), known)
     like = memory_store.SUPERSEDE_SIMILARITY
     if target is None:
@@ -233,6 +238,30 @@ async def _apply(
         log.info("Memory: %r replaces %r", saved.memory["content"], saved.superseded["content"])
     else:
         log.info("Memory: saved %r (quote %r)", saved.memory["content"], saved.memory["quote"])
+
+
+def _quote(text: str, numbers: Any, fact: str) -> str | None:
+    """The span of the user's message that states `fact`: the sentences the model cited, or when
+    they do not tell it, the sentence that shares most of its words (None if none does)."""
+    quote = None
+    if isinstance(numbers, list) and all(isinstance(n, int) for n in numbers):
+        quote = sentence_span(text, numbers)
+    if quote is None or not shares_a_word(fact, quote) or not told_by(fact, quote):
+        # A wrong sentence number: the fact may still be in another sentence, in its words.
+        quote = best_supporting_sentence(text, fact)
+    return quote
+
+
+def _told_of_us(text: str, numbers: Any, fact: str) -> str | None:
+    """For a fact the model told of "they" or "we" rather than of the user (seen: "They are both
+    vegetarian." from "We're both vegetarian."), the sentence of the message stating it in which
+    the user speaks of a "we" they belong to. None when there is none: then "they" are other
+    people ("My sister lives in Rome. They have a bakery.") and the fact is not the user's."""
+    if not _PLURAL_SUBJECT.match(fact):
+        return None
+    quote = _quote(text, numbers, fact)
+    sentences = split_sentences(quote) if quote else []
+    return next((s for s in sentences if shares_a_word(fact, s) and told_of_us(s)), None)
 
 
 def _known_memory(reference: Any, known: list[RetrievedMemory]) -> RetrievedMemory | None:

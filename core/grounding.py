@@ -147,10 +147,10 @@ def told_by(fact: str, quote: str) -> bool:
 
 
 _ADDRESSED = frozenset({"you", "your", "yours", "you're", "you've", "you'd", "you'll"})
-_FIRST_PERSON = frozenset(
-    {"i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "we", "we're", "our",
-     "ours", "us"}
-)  # fmt: skip
+_FIRST_PERSON_PLURAL = frozenset({"we", "we're", "we've", "we'd", "we'll", "our", "ours", "us"})
+_FIRST_PERSON = _FIRST_PERSON_PLURAL | {
+    "i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself"
+}  # fmt: skip
 
 
 # A thank-you and what it thanks for, up to its first punctuation mark ("thanks for your help,").
@@ -182,6 +182,14 @@ def statements_of_themselves(message: str) -> list[str]:
         if not sentence.rstrip(_CLOSING_CHARACTERS).endswith("?")
         and _FIRST_PERSON.intersection(_WORD.findall(_normalized(sentence)[0]))
     ]
+
+
+def told_of_us(sentence: str) -> bool:
+    """Whether the user states something in `sentence` of a "we" they belong to ("We're both
+    vegetarian.", "Our flat is in Porto."): not a question, with "we", "our" or "us"."""
+    return not sentence.rstrip(_CLOSING_CHARACTERS).endswith("?") and bool(
+        _FIRST_PERSON_PLURAL.intersection(_WORD.findall(_normalized(sentence)[0]))
+    )
 
 
 def best_supporting_sentence(message: str, fact: str) -> str | None:

@@ -30,6 +30,8 @@ _FIXED_OPENINGS = [
     (re.compile(_KEPT_AFTER_I, re.I), ""),
     (re.compile(r"my", re.I), "The user's"),
 ]
+# "My wife and I …", which the local model also writes as "The user's wife and I …".
+_WITH_SOMEONE = re.compile(r"(?:my|the user['’]s) ((?:[a-z]+ )?[a-z]+) and i\b", re.I)
 _ADVERBS = "also|always|never|often|usually|still|really|just|recently|currently|now|sometimes"
 _SUBJECT = re.compile(rf"\s*i\s+(?:({_ADVERBS})\s+)?([a-z]+)\b", re.I)
 # Past forms that do not end in -ed, as a user tells what happened ("I moved", "I went").
@@ -74,6 +76,9 @@ def _rest(text: str) -> str:
 def third_person(fact: str) -> str:
     """`fact` about "the user" when it speaks as "I" or "my …"; any other fact as it is."""
     text = fact.strip()
+    match = _WITH_SOMEONE.match(text)
+    if match:  # a plural subject: the verb after it stays as it is
+        return f"The user and their {match.group(1)}" + _rest(text[match.end() :])
     for pattern, replacement in _FIXED_OPENINGS:
         match = pattern.match(text)
         if match and (match.end() == len(text) or not text[match.end()].isalnum()):

@@ -242,6 +242,9 @@ def test_a_sentence_about_the_other_side_tells_nothing_about_the_user() -> None:
         ("I've two cats and I love them.", "The user has two cats and they love them."),
         ("My sister is called Ana.", "The user's sister is called Ana."),
         ("I'd like to visit Japan.", "The user would like to visit Japan."),
+        # The user with someone: seen from the local model, which kept the "I".
+        ("My husband and I bought a house.", "The user and their husband bought a house."),
+        ("The user's wife and I are both teachers.", "The user and their wife are both teachers."),
         # Not the user speaking: left as it is (and refused as not about the user).
         ("Mystery novels are my favourite.", "Mystery novels are my favourite."),
         ("The user plays the piano.", "The user plays the piano."),
@@ -602,6 +605,44 @@ async def test_extraction_cannot_store_what_the_user_did_not_say(
     assert sum(line.startswith("Memory: not saved") for line in lines) == 5
     assert any("not a fact about the user" in line for line in lines)
     assert any("extraction output unusable" in line for line in lines)
+
+
+async def test_a_fact_the_user_tells_of_we_is_kept_in_their_words(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    chat_services: Services,
+    empty: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seen in a keyless trial: "We're both vegetarian." came back from the local model as "They
+    are both vegetarian." and was refused as not about the user, so a vegetarian was later offered
+    steak. A plural fact the user tells with "we" or "our" is kept as what they said; a plural one
+    about other people ("They have a bakery.", of the user's sister) is still refused."""
+    caplog.set_level("INFO", logger="resolveai.memory")
+    model.push({"text": "Have a great trip!"}, {"text": "Nice."})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user's wife is Sara.", "sentences": [1]},
+            {"op": "add", "fact": "They are both vegetarian.", "sentences": [2]},
+        ),
+        ops(
+            {"op": "add", "fact": "The user's sister lives in Rome.", "sentences": [1]},
+            {"op": "add", "fact": "They have a bakery.", "sentences": [2]},
+            {"op": "add", "fact": "They are Italian.", "sentences": [9]},
+        ),
+    )
+    await send(client, "I'm off to Japan with my wife Sara. We're both vegetarian.")
+    await extractions_done(chat_services)
+    await send(client, "My sister lives in Rome. They have a bakery. We met there in May.")
+    await extractions_done(chat_services)
+    assert sorted((m["content"], m["quote"]) for m in await memories(client)) == [
+        ('The user said: "We\'re both vegetarian."', "We're both vegetarian."),
+        ("The user's sister lives in Rome.", "My sister lives in Rome."),
+        ("The user's wife is Sara.", "I'm off to Japan with my wife Sara."),
+    ]
+    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    assert sum("not a fact about the user" in line for line in lines) == 2, lines
 
 
 @pytest.mark.parametrize(
