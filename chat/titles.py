@@ -5,8 +5,9 @@ Until then (and whenever this fails) a chat is titled with the start of its firs
 the turn has released its chat, one `utility` call (or a `title` deployment group, if
 MODELS_CONFIG names one) asks for a title of at most `MAX_WORDS` words in the chat's language;
 `clean_title` makes its answer plain text, and `is_about` drops a title that shares no word with
-the question or the reply (the local model, unsure, copies the instructions' example "Fixing a
-Flask import error" or invents "Weather updates" for "What's the capital of Australia?"). It is
+the question or the reply, or only one of several (the local model, unsure, copies the
+instructions' example "Fixing a Flask import error", invents "Weather updates" for "What's the
+capital of Australia?" or "Currency exchange rate tracker" for a question about a currency). It is
 stored compare-and-set on `title_source = 'auto'`
 (core/chat_store.py `set_generated_title`), so a rename made meanwhile, by any process, is never
 overwritten. A failing call, an empty answer, or a process that dies meanwhile leave the first
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import unicodedata
 import uuid
 
 from chat.steps import short_id
@@ -66,17 +68,33 @@ _UNSPACED = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\u3040-\u30ff]")  # CJK, kan
 
 
 def is_about(title: str, question: str, reply: str) -> bool:
-    """Whether the title shares a word (or its first STEM_CHARS letters) with the question or the
-    reply's start (a long reply holds some word of almost any title: a story about a lighthouse
-    says "important", which starts like "import"). A title in a script written without spaces
-    is taken as it is: its words cannot be told apart this way."""
+    """Whether the title shares a word (or its first STEM_CHARS letters, accents aside) with the
+    question or the reply's start (a long reply holds some word of almost any title: a story
+    about a lighthouse says "important", which starts like "import"), and at least half of its
+    words of STEM_CHARS letters or more: one borrowed word does not make an invented title about
+    the chat ("Currency exchange rate tracker" for the capital and currency of Indonesia). A title
+    in a script written without spaces is taken as it is: its words cannot be told apart this
+    way."""
     if _UNSPACED.search(title):
         return True
-    said = {
-        word[:STEM_CHARS] for word in _WORDS.findall(f"{question} {reply[:REPLY_CHARS]}".lower())
-    }
-    words = [w for w in _WORDS.findall(title.lower()) if w not in _GENERIC and not w.isdigit()]
-    return not words or any(word[:STEM_CHARS] in said for word in words)
+    said = {_stem(word) for word in _words(f"{question} {reply[:REPLY_CHARS]}")}
+    words = [w for w in _words(title) if w not in _GENERIC and not w.isdigit()]
+    if not words:
+        return True
+    long_words = [w for w in words if len(w) >= STEM_CHARS]
+    long_said = sum(_stem(w) in said for w in long_words)
+    return any(_stem(w) in said for w in words) and 2 * long_said >= len(long_words)
+
+
+def _words(text: str) -> list[str]:
+    """Lower-case words without accents ("alérgica" meets "alergia")."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return _WORDS.findall("".join(c for c in decomposed if not unicodedata.combining(c)))
+
+
+def _stem(word: str) -> str:
+    """A word's first STEM_CHARS letters, a plural's "s" aside first ("cups" meets "cup")."""
+    return word.removesuffix("s")[:STEM_CHARS]
 
 
 def clean_title(text: str) -> str:
