@@ -16,6 +16,8 @@ What the user said in another chat that extraction has not read yet (on the loca
 behind the replies, tens of seconds) is given too: the sentences of those messages in which the
 user states something of themselves, as they wrote them. Asked in a new chat right after telling
 it, "What am I allergic to?" is answered from the user's own words until the memory exists.
+
+Before any of it, what the message asks to have forgotten is deleted (chat/memory_forget.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import re
 import time
 from typing import Any
 
+from chat.memory_forget import forget_what_is_asked
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
 from core import memory_jobs
@@ -94,6 +97,8 @@ async def recall_memories(turn: TurnContext, text: str) -> list[str]:
         return []
     started = time.perf_counter()
     try:
+        # First, so a memory the user asks to have forgotten is not recalled for this reply.
+        forgotten = await forget_what_is_asked(turn, text)
         found, queued = await asyncio.gather(
             _memories_for(turn, text),
             memory_jobs.queued_messages(
@@ -124,7 +129,7 @@ async def recall_memories(turn: TurnContext, text: str) -> list[str]:
         note_memories(turn, kept)
     if kept or said:
         step_event(turn, using_step(len(kept), bool(said)))
-    return [prompt_line(memory) for memory in kept] + said
+    return forgotten + [prompt_line(memory) for memory in kept] + said
 
 
 async def _memories_for(turn: TurnContext, text: str) -> list[RetrievedMemory]:

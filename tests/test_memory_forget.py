@@ -1,0 +1,120 @@
+"""Forgetting on request in the chat (chat/memory_forget.py, core/forget_requests.py): the request
+deletes the memory it names before the reply, the reply is told so, and the extraction does not
+store the request as the fact again (a keyless trial: "Please forget that I live in Porto."
+refreshed the memory, quoting the request)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from core.forget_requests import asks_to_forget, forget_requests
+from core.services import Services
+from tests.chat_client import send
+from tests.conftest import extractions_done
+from tests.scripted_model import ScriptedProvider
+
+
+@pytest.mark.parametrize(
+    ("message", "asked"),
+    [
+        ("Please forget that I live in Porto.", ["I live in Porto"]),
+        ("Can you forget my allergy?", ["my allergy"]),
+        ("Hey, forget about my job, I quit.", ["my job"]),
+        ("I want you to stop remembering my address.", ["my address"]),
+        ("Delete the memory about my wife's name!", ["my wife's name"]),
+        ("Thanks. Forget the fact that we're vegetarian.", ["we're vegetarian"]),
+        # Asks nothing: the user forgets, a reminder, a file, nothing named.
+        ("I always forget my keys.", []),
+        ("Don't forget to call Mum.", []),
+        ("How do I delete a file in Python?", []),
+        ("Forget it.", []),
+    ],
+)
+def test_what_a_message_asks_to_have_forgotten(message: str, asked: list[str]) -> None:
+    assert forget_requests(message) == asked
+
+
+def test_a_request_to_forget_is_no_fact() -> None:
+    assert asks_to_forget("Please forget that I live in Porto.")
+    assert asks_to_forget("Forget it.")
+    assert not asks_to_forget("I always forget my keys.")
+    assert not asks_to_forget("I live in Porto, so forget Lisbon.")
+
+
+def ops(*operations: dict[str, Any]) -> dict[str, Any]:
+    return {"text": json.dumps({"operations": list(operations)})}
+
+
+async def memories(client: httpx.AsyncClient) -> list[str]:
+    response = await client.get("/api/memories")
+    assert response.status_code == 200, response.text
+    return sorted(m["content"] for m in response.json()["memories"])
+
+
+def prompt_of(model: ScriptedProvider, said: str) -> str:
+    """What the chat model was shown as the user's message saying `said`."""
+    prompts = [c["messages"][-1]["content"] for c in model.calls if c["model"] == "chat"]
+    return next(p for p in reversed(prompts) if said in p.split("</memories>")[-1])
+
+
+async def tell(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    services: Services,
+    message: str,
+    *facts: tuple[str, int],
+) -> None:
+    model.push({"text": "Noted."})
+    model.push_for("memory", ops(*({"op": "add", "fact": f, "sentences": [n]} for f, n in facts)))
+    await send(client, message)
+    await extractions_done(services)
+
+
+async def test_asking_to_forget_deletes_that_memory_and_only_it(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services
+) -> None:
+    await tell(
+        client, model, chat_services,
+        "I'm Ana. I live in Porto and I moved to Porto in March 2025. My wife is Sara.",
+        ("The user's name is Ana.", 1), ("The user lives in Porto.", 2),
+        ("The user moved to Porto in March 2025.", 2), ("The user's wife is Sara.", 3),
+    )  # fmt: skip
+    model.push({"text": "Done: I have forgotten that."})
+    # The local model read the request as the fact again and refreshed the memory with it.
+    model.push_for(
+        "memory", ops({"op": "add", "fact": "The user lives in Porto.", "sentences": [1]})
+    )
+    events = await send(client, "Please forget that I live in Porto.")
+    await extractions_done(chat_services)
+    assert await memories(client) == [
+        "The user moved to Porto in March 2025.",
+        "The user's name is Ana.",
+        "The user's wife is Sara.",
+    ]
+    prompt = prompt_of(model, "Please forget")
+    assert 'Deleted just now, as the user asked in this message: "The user lives in Porto."' in (
+        prompt
+    )
+    assert "- The user lives in Porto. (said on" not in prompt  # not recalled as well
+    steps = [e["text"] for e in events if e["type"] == "step"]
+    assert "Forgot The user lives in Porto." in steps
+
+    # The best match only, when the next is not as alike: the wife, not the user's name.
+    model.push({"text": "Forgotten."}, {"text": "I can't find that."})
+    model.push_for("memory", ops(), ops())
+    await send(client, "Forget my wife's name.")
+    assert await memories(client) == [
+        "The user moved to Porto in March 2025.",
+        "The user's name is Ana.",
+    ]
+    # Nothing like it: nothing deleted, and the reply is told so.
+    await send(client, "Could you forget my favourite colour?")
+    await extractions_done(chat_services)
+    assert len(await memories(client)) == 2
+    assert 'asked to forget "my favourite colour", but no saved memory matches it' in prompt_of(
+        model, "favourite colour"
+    )
