@@ -54,15 +54,27 @@ async def forget_what_is_asked(turn: TurnContext, text: str) -> list[str]:
         for memory in deleted:
             log.info("Memory: forgot %r at the user's request (chat %s)",
                      memory.content, short_id(turn.chat_id))  # fmt: skip
-            lines.append(f'Deleted just now, as the user asked in this message: "{memory.content}"')
+            # Worded as what the model did: the local model then confirms it more often than
+            # when told what "was deleted" (keyless trial: 3 of 4 tries against 0 of 4).
+            lines.append(
+                f'You have forgotten "{memory.content}": it was deleted because the user asked. '
+                "Confirm this in one sentence."
+            )
+        forgotten = "; ".join(f'"{m.content}"' for m in deleted)
         if deleted:
-            step_event(turn, "Forgot " + "; ".join(m.content for m in deleted))
+            step_event(turn, f"Forgot {forgotten}")
+            # A small model may still answer otherwise: the note under the reply says it plainly.
+            turn.add_note(f"Forgotten, as you asked: {forgotten}")
         else:
             log.info("Memory: nothing matches %r, nothing forgotten (chat %s)",
                      request, short_id(turn.chat_id))  # fmt: skip
             lines.append(
-                f'The user asked to forget "{request}", but no saved memory matches it: nothing '
-                "was deleted (the Memory page lists every memory and deletes any of them)."
+                f'You could not forget "{request}": no saved memory matches it, so nothing was '
+                "deleted. Say so in one sentence."
+            )
+            turn.add_note(
+                f'Nothing forgotten: no memory matches "{request}". The Memory page lists what '
+                "I remember."
             )
     return lines
 

@@ -96,12 +96,12 @@ async def test_asking_to_forget_deletes_that_memory_and_only_it(
         "The user's wife is Sara.",
     ]
     prompt = prompt_of(model, "Please forget")
-    assert 'Deleted just now, as the user asked in this message: "The user lives in Porto."' in (
-        prompt
-    )
+    assert 'You have forgotten "The user lives in Porto."' in prompt
     assert "- The user lives in Porto. (said on" not in prompt  # not recalled as well
     steps = [e["text"] for e in events if e["type"] == "step"]
-    assert "Forgot The user lives in Porto." in steps
+    assert 'Forgot "The user lives in Porto."' in steps
+    done = next(e for e in events if e["type"] == "done")
+    assert done["notes"] == ['Forgotten, as you asked: "The user lives in Porto."']
 
     # The best match only, when the next is not as alike: the wife, not the user's name.
     model.push({"text": "Forgotten."}, {"text": "I can't find that."})
@@ -112,9 +112,14 @@ async def test_asking_to_forget_deletes_that_memory_and_only_it(
         "The user's name is Ana.",
     ]
     # Nothing like it: nothing deleted, and the reply is told so.
-    await send(client, "Could you forget my favourite colour?")
+    events = await send(client, "Could you forget my favourite colour?")
     await extractions_done(chat_services)
     assert len(await memories(client)) == 2
-    assert 'asked to forget "my favourite colour", but no saved memory matches it' in prompt_of(
-        model, "favourite colour"
+    assert 'You could not forget "my favourite colour": no saved memory matches it' in (
+        prompt_of(model, "favourite colour")
     )
+    done = next(e for e in events if e["type"] == "done")
+    assert done["notes"] == [
+        'Nothing forgotten: no memory matches "my favourite colour". The Memory page lists what '
+        "I remember."
+    ]
