@@ -32,6 +32,7 @@ from chat.memory_forget import forget_what_is_asked
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
 from core import memory_jobs
+from core.forget_requests import asks_to_forget
 from core.grounding import statements_of_themselves
 from core.memory_jobs import QueuedMessage
 from core.memory_search import RetrievedMemory, few_memories, retrieve_memories
@@ -165,7 +166,10 @@ def said_lines(queued: list[QueuedMessage]) -> list[str]:
     lines: list[str] = []
     room = QUEUED_CHARS
     for message in queued:
-        told = " ".join(statements_of_themselves(message.content))
+        # A request to forget tells nothing to go by (it was taken for the fact it names).
+        told = " ".join(
+            s for s in statements_of_themselves(message.content) if not asks_to_forget(s)
+        )
         if not told or room < MIN_SAID_CHARS:
             continue
         if len(told) > room:

@@ -6,12 +6,15 @@ refreshed the memory, quoting the request)."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
 
+from chat.memory_recall import said_lines
 from core.forget_requests import asks_to_forget, forget_requests
+from core.memory_jobs import QueuedMessage
 from core.services import Services
 from tests.chat_client import send
 from tests.conftest import extractions_done
@@ -43,6 +46,17 @@ def test_a_request_to_forget_is_no_fact() -> None:
     assert asks_to_forget("Forget it.")
     assert not asks_to_forget("I always forget my keys.")
     assert not asks_to_forget("I live in Porto, so forget Lisbon.")
+
+
+def test_a_request_to_forget_is_not_given_as_what_the_user_said_elsewhere() -> None:
+    """Seen in a keyless trial: "Hey, forget that I'm planning a trip to Japan." was given to the
+    next chat as what the user said, and the reply there was about the trip."""
+    when = datetime(2026, 12, 6, 9, 30)
+    lines = said_lines(
+        [QueuedMessage("Hey, forget that I'm planning a trip to Japan. I'm Ana, by the way.", when)]
+    )
+    assert len(lines) == 1 and lines[0].endswith(': "I\'m Ana, by the way."')
+    assert said_lines([QueuedMessage("Please forget that I live in Porto.", when)]) == []
 
 
 def ops(*operations: dict[str, Any]) -> dict[str, Any]:
