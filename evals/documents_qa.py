@@ -10,6 +10,11 @@ for one user, and rendered to PDF (evals/pdf_pages.py, one page of the PDF per 6
 for another. Each answerable question is then searched as a chat message would search them
 (rag/document_search.py: HNSW + full text in Postgres, RRF), over all five documents of the user.
 
+Precision: `--unrelated N` LoCoMo questions (about people's lives, nothing in the pages; spread
+evenly, 500 by default, 0 for none) are searched too, as the automatic recall before every reply
+searches (top 5): the share that finds any passage is how often a chat about something else is
+handed passages of the user's documents.
+
 Relevance is evidence-ranking's (evals/evidence_ranking.py): a chunk is relevant when it holds an
 answer span at its place in the page; the looser "answer text occurs in the chunk" is reported
 too. Metrics: recall@5, recall@20, MRR, and the search's latency (the query embedded, the SQL).
@@ -25,7 +30,7 @@ from typing import Any
 
 from core import accounts, document_store
 from core.accounts import LOCAL_USER_ID
-from evals.datasets import SQUAD_FILE, Squad, SquadQuestion, load_squad, sample
+from evals.datasets import SQUAD_FILE, Squad, SquadQuestion, load_locomo, load_squad, sample
 from evals.evidence_ranking import KS, find_evidence
 from evals.metrics import latency_summary
 from evals.pdf_pages import LINES_PER_PAGE, pdf_with_pages, wrap
@@ -38,6 +43,31 @@ from rag.md_chunker import NO_SECTION, Chunk
 
 DEFAULT_DATA = SQUAD_FILE
 SEARCHED = 20
+UNRELATED = 500  # LoCoMo questions: 1,000 searches, about 15 s
+UNRELATED_SEARCHED = 5  # what the automatic recall asks for (chat/document_recall.py)
+
+
+def add_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--unrelated",
+        type=int,
+        default=UNRELATED,
+        help=f"LoCoMo questions searched over the pages, for precision (default {UNRELATED})",
+    )
+
+
+async def given_passages(
+    pool: Any, embedder: Embedder, questions: list[str], user_id: Any
+) -> float:
+    """The share of `questions` for which the search returns any passage."""
+    found = 0
+    for question in questions:
+        found += bool(
+            await search_documents(
+                pool, embedder, question, user_id=user_id, limit=UNRELATED_SEARCHED
+            )
+        )
+    return found / len(questions) if questions else 0.0
 
 
 def as_pdf(markdown: str) -> bytes:
@@ -110,6 +140,9 @@ async def score(
 async def run(args: argparse.Namespace) -> Report:
     squad = load_squad(args.data)
     questions = sample(squad.answerable, args.limit)
+    unrelated = sample(
+        [q.question for c in load_locomo() for q in c.questions], args.unrelated
+    ) if args.unrelated else []  # fmt: skip
     async with Embedder() as embedder, scratch_database() as database:
         pool = database.pool
         pdf_user = (await accounts.add_user(pool, "pdf-reader", "not used here"))["user_id"]
@@ -117,24 +150,29 @@ async def run(args: argparse.Namespace) -> Report:
         for name, user_id, pdf in (("Markdown files", LOCAL_USER_ID, False),
                                    ("the same as PDFs", pdf_user, True)):  # fmt: skip
             chunks = await upload_pages(pool, embedder, squad, user_id, pdf)
-            rows.append(await score(pool, embedder, squad, questions, user_id, chunks, name))
+            row = await score(pool, embedder, squad, questions, user_id, chunks, name)
+            row["unrelated_given_passages"] = await given_passages(
+                pool, embedder, unrelated, user_id
+            )
+            rows.append(row)
     table = Table(
         f"Documents: {len(questions)} answerable SQuAD questions searched over the five pages"
         " uploaded as documents (rag/document_search.py, top 20)",
         ["documents", "chunks", "recall@5", "recall@20", "MRR", "recall@20 (answer text)",
-         "search p50 ms", "search p95 ms"],
+         f"unrelated given passages (of {len(unrelated)})", "search p50 ms", "search p95 ms"],
     )  # fmt: skip
     for row in rows:
         table.rows.append([
             row["documents"], row["chunks"], row["recall_at_5"], row["recall_at_20"], row["mrr"],
-            row["recall_at_20_answer_text"], f"{row['search_ms']['p50']:.1f}",
+            row["recall_at_20_answer_text"], f"{row['unrelated_given_passages']:.1%}",
+            f"{row['search_ms']['p50']:.1f}",
             f"{row['search_ms']['p95']:.1f}",
         ])  # fmt: skip
     return Report(
         "documents-qa",
         args.data,
         [table],
-        {"questions": len(questions), "rows": rows},
+        {"questions": len(questions), "unrelated_questions": len(unrelated), "rows": rows},
         {"embedder": embedder.describe()},
         ["Search latency includes embedding the question (about 10 ms of it on these machines)."],
     )

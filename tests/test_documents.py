@@ -19,6 +19,7 @@ import pytest
 from chat.tools import available_tool_names
 from core import document_store
 from core.accounts import LOCAL_USER_ID
+from core.chat_store import create_chat
 from core.db import load_migrations, migrate
 from core.services import Services
 from evals.pdf_pages import pdf_with_pages, wrap
@@ -331,6 +332,42 @@ async def test_a_word_in_most_chunks_scores_but_is_not_looked_for(
     assert {c.content for c in found} >= set(texts[25:])  # the giraffe chunks, found by words too
 
 
+# A page of a PDF from a keyless trial (pypdf's sample "google-doc-document.pdf", shortened).
+ZEN_PAGE = """[Page: zen.pdf, page 1 | Section: Example document]
+If the implementation is easy to explain, it may be a good idea.
+Namespaces are one honking great idea -- let's do more of those!
+There should be one-- and preferably only one --obvious way to do it.
+Indonesia Germany Austria France
+Capital Jakarta Berlin Vienna Paris"""
+
+
+async def test_a_passage_sharing_a_word_but_not_the_meaning_is_left_out(
+    memory_pool, embedder
+) -> None:
+    """Seen in a keyless trial: asked for "three ideas for a weekend trip from Lisbon", the reply
+    was given this page (it shares "idea"; 0.16 in meaning) and quoted the Zen of Python as trip
+    advice, with citations. Unrelated questions got passages of the SQuAD pages 36% of the time
+    (WORDS_FLOOR's comment). A question about the page still finds it, and so does the weak match
+    when the file was attached in this very chat."""
+    async with memory_pool.connection() as conn:
+        cur = await conn.execute("INSERT INTO users (username) VALUES ('zen') RETURNING user_id")
+        (user,) = await cur.fetchone()
+    chat = await create_chat(memory_pool, user_id=user)
+    await add_chunks(memory_pool, embedder, user, [ZEN_PAGE])
+
+    async def search(question: str, chat_id: uuid.UUID | None = None) -> int:
+        found = await document_search.search_documents(
+            memory_pool, embedder, question, user_id=user, chat_id=chat_id, limit=5
+        )
+        return len(found)
+
+    trip = "Give me three ideas for a weekend trip from Lisbon, one line each."
+    assert await search(trip) == 0
+    assert await search("What is the capital of Austria?") == 1
+    await add_chunks(memory_pool, embedder, user, [ZEN_PAGE], chat_id=chat["chat_id"])
+    assert await search(trip, chat["chat_id"]) == 1  # the copy attached here
+
+
 async def analyze_partitions(pool) -> None:
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -343,10 +380,11 @@ async def analyze_partitions(pool) -> None:
             await conn.execute(f"ANALYZE {partition}")
 
 
-async def add_chunks(pool, embedder, user, texts: list[str]) -> uuid.UUID:
-    """A new text document of the user's, ready, with one chunk per text; its id."""
+async def add_chunks(pool, embedder, user, texts: list[str], chat_id=None) -> uuid.UUID:
+    """A new text document of the user's (attached to `chat_id`, if given), ready, with one chunk
+    per text; its id."""
     document, _ = await document_store.add_document(
-        pool, user, f"{uuid.uuid4().hex}.txt", "text/plain", uuid.uuid4().bytes
+        pool, user, f"{uuid.uuid4().hex}.txt", "text/plain", uuid.uuid4().bytes, chat_id
     )
     vectors = await embedder.embed_documents(texts)
     chunks = [
