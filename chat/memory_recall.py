@@ -18,6 +18,9 @@ user states something of themselves, as they wrote them. Asked in a new chat rig
 it, "What am I allergic to?" is answered from the user's own words until the memory exists.
 
 Before any of it, what the message asks to have forgotten is deleted (chat/memory_forget.py).
+
+Where they go in the prompt is chat/nodes.py's: with the message, except a user's few memories in
+a chat under way, which go with the instructions (`Recalled.all_of_them`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import asyncio
 import logging
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from chat.memory_forget import forget_what_is_asked
@@ -90,17 +94,38 @@ def _interleaved(lists: list[list[RetrievedMemory]]) -> list[RetrievedMemory]:
     return merged
 
 
+@dataclass(frozen=True)
+class Recalled:
+    """What recall gives the prompt, as lines: what was forgotten at this message's request, the
+    memories (each dated), then what the user said in other chats that extraction has not read
+    yet. `all_of_them`: the memories are all of the user's few, not found by this message, so
+    they are the same from one message to the next (chat/nodes.py puts them with the
+    instructions in a chat under way)."""
+
+    forgotten: list[str] = field(default_factory=list)
+    memories: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    all_of_them: bool = False
+
+    def lines(self) -> list[str]:
+        return [*self.forgotten, *self.memories, *self.said]
+
+    def for_this_message(self) -> list[str]:
+        """The lines that belong to this message alone."""
+        return [*self.forgotten, *self.said]
+
+
 @traced("memory recall", kind="retriever")
-async def recall_memories(turn: TurnContext, text: str) -> list[str]:
-    """The recalled facts as prompt lines (each dated), noted on the turn, then what the user said
-    in other chats that extraction has not read yet; none when memory is off for this turn."""
+async def recall_memories(turn: TurnContext, text: str) -> Recalled:
+    """The recalled facts, noted on the turn, and what goes with them (`Recalled`); nothing when
+    memory is off for this turn."""
     if turn.memory == "off" or not text.strip():
-        return []
+        return Recalled()
     started = time.perf_counter()
     try:
         # First, so a memory the user asks to have forgotten is not recalled for this reply.
         forgotten = await forget_what_is_asked(turn, text)
-        found, queued = await asyncio.gather(
+        (found, all_of_them), queued = await asyncio.gather(
             _memories_for(turn, text),
             memory_jobs.queued_messages(
                 turn.services.database.pool, user_id=turn.user_id,
@@ -110,7 +135,7 @@ async def recall_memories(turn: TurnContext, text: str) -> list[str]:
     except Exception as error:  # a reply without memories beats no reply
         log.warning("Memory: recall failed, answering without it (%s: %s)",
                     type(error).__name__, error)  # fmt: skip
-        return []
+        return Recalled()
     kept: list[RetrievedMemory] = []
     used = 0
     for memory in found:
@@ -130,20 +155,21 @@ async def recall_memories(turn: TurnContext, text: str) -> list[str]:
         note_memories(turn, kept)
     if kept or said:
         step_event(turn, using_step(len(kept), bool(said)))
-    return forgotten + [prompt_line(memory) for memory in kept] + said
+    return Recalled(forgotten, [prompt_line(memory) for memory in kept], said, all_of_them)
 
 
-async def _memories_for(turn: TurnContext, text: str) -> list[RetrievedMemory]:
-    """All of a few memories, else those the message's words find (best first)."""
+async def _memories_for(turn: TurnContext, text: str) -> tuple[list[RetrievedMemory], bool]:
+    """All of a few memories, else those the message's words find (best first); and whether
+    they are all of them."""
     pool, past = turn.services.database.pool, about_the_past(text)
     found = await few_memories(
         pool, user_id=turn.user_id, limit=RECALL_LIMIT, chars=RECALL_CHARS,
         include_superseded=past,
     )  # fmt: skip
     if found is not None:
-        return found
+        return found, True
     searches = [text, *clauses(text)]
-    return _interleaved(
+    found = _interleaved(
         await asyncio.gather(
             *(
                 retrieve_memories(
@@ -158,6 +184,7 @@ async def _memories_for(turn: TurnContext, text: str) -> list[RetrievedMemory]:
             )
         )
     )[:RECALL_LIMIT]
+    return found, False
 
 
 def said_lines(queued: list[QueuedMessage]) -> list[str]:

@@ -86,13 +86,18 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         if m["message_id"] not in (turn.user_message_id, continues.get("message_id"))
         and m["content"].strip()
     ][-MAX_HISTORY_MESSAGES:]
-    system = chat_instructions(datetime.now(UTC), summary, memory=turn.memory)
+    # A user's few memories are given with every message. In a chat under way they go with the
+    # instructions: right before a follow-up ("Tell me more about the second one."), the local
+    # model read them as what it referred to (5 of 6 follow-ups; 0 of 6 from the instructions).
+    profile = recalled.memories if recalled.all_of_them and earlier else []
+    with_message = recalled.for_this_message() if profile else recalled.lines()
+    system = chat_instructions(datetime.now(UTC), summary, memory=turn.memory, memories=profile)
     links_unread = not turn.services.settings.reads_links and bool(links_in(state["user_text"]))
     if links_unread:
         step_event(turn, LINKS_UNREAD)
         turn.add_note(LINKS_UNREAD)
     question = user_turn(
-        state["user_text"], state.get("use_web", False), recalled, documents, links_unread
+        state["user_text"], state.get("use_web", False), with_message, documents, links_unread
     )
     messages = [
         {"role": "system", "content": system},
@@ -109,7 +114,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         short_id(turn.chat_id),
         len(earlier),
         ", with summary" if summary else "",
-        f", {len(recalled)} memories" if recalled else "",
+        f", {len(recalled.lines())} memories" if recalled.lines() else "",
         f", {len(passages)} document passages" if passages else "",
     )
     return {
@@ -118,7 +123,7 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         "reply": continues.get("content", ""),
         # The same list the search_documents tool adds to, so what it finds is saved too.
         "sources": continues.get("sources") or turn.document_sources,
-        "recalled": recalled,
+        "recalled": recalled.lines(),
     }
 
 

@@ -67,9 +67,11 @@ decisions, answers given, open questions and tasks. Write in the third person ("
 "The assistant explained…"), oldest first. Output only the summary text, with no preamble."""
 
 
-def chat_instructions(now: datetime, summary: str | None, memory: str = "recall") -> str:
-    """The system message: instructions, then the chat's summary when it has one. `memory`: a
-    key of `MEMORY_RULES`."""
+def chat_instructions(
+    now: datetime, summary: str | None, memory: str = "recall", memories: list[str] | None = None
+) -> str:
+    """The system message: instructions, then the user's `memories` when given here, then the
+    chat's summary when it has one. `memory`: a key of `MEMORY_RULES`."""
     # To the hour, not the minute: the instructions open every prompt, so a time that changed
     # every minute would void the local model's prompt cache (seconds of prompt reading per turn).
     hour = now.replace(minute=0, second=0, microsecond=0)
@@ -81,6 +83,8 @@ def chat_instructions(now: datetime, summary: str | None, memory: str = "recall"
         summary_rule=SUMMARY_RULE if summary else "",
     )
     parts = [block("instructions", instructions, trusted=True)]
+    if memories:
+        parts.append(memories_block(memories))
     if summary:  # written by a model from the chat, web answers included: untrusted
         parts.append(block("conversation_summary", summary))
     return "\n\n".join(parts)
@@ -106,10 +110,16 @@ def user_turn(
         turn = f"{turn}\n\n<note>{DOCUMENTS_NOTE}</note>"
     parts = []
     if memories:
-        parts.append(block("memories", "\n".join(f"- {memory}" for memory in memories)))
+        parts.append(memories_block(memories))
     if documents:
         parts.append(block("documents", source_blocks(documents), trusted=True))
     return "\n\n".join([*parts, turn])
+
+
+def memories_block(memories: list[str]) -> str:
+    """Recalled memories as the model reads them, one per line (from the user's words, but
+    written by a model: untrusted)."""
+    return block("memories", "\n".join(f"- {memory}" for memory in memories))
 
 
 def summary_request(previous: str | None, messages: list[tuple[str, str]], words: int) -> list:

@@ -369,6 +369,41 @@ async def test_a_few_memories_are_all_given_whatever_the_question(
     await extractions_done(chat_services)
 
 
+async def test_in_a_chat_under_way_the_few_memories_go_with_the_instructions(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """Seen in a keyless trial: after "three ideas for a weekend trip", "Tell me more about the
+    second one." was answered about the user's second memory; the memory list sat right before
+    the question (5 of 6 follow-ups went to the memories on the local model; with the list in the
+    system message, 0 of 6, and memory questions answered as well: 10 of 10 both ways). The
+    instructions and the list then stay the same from one message to the next (prompt cache)."""
+    await tell(
+        client, model, chat_services, "I'm Dana. I'm allergic to peanuts.",
+        {"op": "add", "fact": "The user's name is Dana.", "sentences": [1]},
+        {"op": "add", "fact": "The user is allergic to peanuts.", "sentences": [2]},
+    )  # fmt: skip
+    model.push({"text": "1. Sintra 2. Évora 3. Óbidos"}, {"text": "Évora is…"}, {"text": "…"})
+    events = await send(client, "Give me three ideas for a weekend trip.")
+    chat_id = next(e for e in events if e["type"] == "chat")["chat_id"]
+
+    def last_chat_call() -> list[dict[str, Any]]:
+        return [c for c in model.calls if c["model"] == "chat"][-1]["messages"]
+
+    first = last_chat_call()
+    assert "allergic to peanuts" in first[-1]["content"]  # a new chat: with the message
+    systems = []
+    for follow_up in ("Tell me more about the second one.", "And the third?"):
+        events = await send(client, follow_up, chat_id)
+        system, *_, question = last_chat_call()
+        assert question["content"] == follow_up
+        assert "- The user is allergic to peanuts. (said on" in system["content"]
+        used = next(e for e in events if e["type"] == "memories")["memories"]
+        assert len(used) == 2  # still noted as used by the reply
+        systems.append(system)
+    assert systems[0] == systems[1]
+    await extractions_done(chat_services)
+
+
 async def test_what_the_user_said_is_known_in_a_new_chat_before_its_extraction_ends(
     client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
 ) -> None:
