@@ -5,9 +5,7 @@ refreshed the memory, quoting the request)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Any
 
 import httpx
 import pytest
@@ -17,8 +15,9 @@ from core.forget_requests import asks_to_forget, forget_requests
 from core.memory_jobs import QueuedMessage
 from core.services import Services
 from tests.chat_client import send
-from tests.conftest import extractions_done
+from tests.conftest import extractions_done, forget_memories
 from tests.scripted_model import ScriptedProvider
+from tests.test_grounded_memory import ops, tell
 
 
 @pytest.mark.parametrize(
@@ -59,10 +58,6 @@ def test_a_request_to_forget_is_not_given_as_what_the_user_said_elsewhere() -> N
     assert said_lines([QueuedMessage("Please forget that I live in Porto.", when)]) == []
 
 
-def ops(*operations: dict[str, Any]) -> dict[str, Any]:
-    return {"text": json.dumps({"operations": list(operations)})}
-
-
 async def memories(client: httpx.AsyncClient) -> list[str]:
     response = await client.get("/api/memories")
     assert response.status_code == 200, response.text
@@ -75,27 +70,17 @@ def prompt_of(model: ScriptedProvider, said: str) -> str:
     return next(p for p in reversed(prompts) if said in p.split("</memories>")[-1])
 
 
-async def tell(
-    client: httpx.AsyncClient,
-    model: ScriptedProvider,
-    services: Services,
-    message: str,
-    *facts: tuple[str, int],
-) -> None:
-    model.push({"text": "Noted."})
-    model.push_for("memory", ops(*({"op": "add", "fact": f, "sentences": [n]} for f, n in facts)))
-    await send(client, message)
-    await extractions_done(services)
-
-
 async def test_asking_to_forget_deletes_that_memory_and_only_it(
     client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services
 ) -> None:
+    await forget_memories(chat_services)  # what another test left would be matched too
     await tell(
         client, model, chat_services,
         "I'm Ana. I live in Porto and I moved to Porto in March 2025. My wife is Sara.",
-        ("The user's name is Ana.", 1), ("The user lives in Porto.", 2),
-        ("The user moved to Porto in March 2025.", 2), ("The user's wife is Sara.", 3),
+        {"op": "add", "fact": "The user's name is Ana.", "sentences": [1]},
+        {"op": "add", "fact": "The user lives in Porto.", "sentences": [2]},
+        {"op": "add", "fact": "The user moved to Porto in March 2025.", "sentences": [2]},
+        {"op": "add", "fact": "The user's wife is Sara.", "sentences": [3]},
     )  # fmt: skip
     model.push({"text": "Done: I have forgotten that."})
     # The local model read the request as the fact again and refreshed the memory with it.
