@@ -165,7 +165,12 @@ def check_chat_call(call: dict[str, Any], typed: list[str], summary_: bool = Fal
     tags as they were written; only the titles and URLs listed under a web answer are the
     pages'."""
     messages = call["messages"]
-    assert tags(messages[0]["content"]) == chat_system_skeleton(summary_), messages[0]["content"]
+    skeleton = chat_system_skeleton(summary_)
+    if "</instructions>\n\n<memories>" in messages[0]["content"]:
+        # A chat under way: the user's few memories go with the instructions (chat/nodes.py).
+        after = skeleton.index("</instructions>") + 1
+        skeleton[after:after] = ["<memories>", "</memories>"]
+    assert tags(messages[0]["content"]) == skeleton, messages[0]["content"]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     for i, message in enumerate(messages[1:], 1):
         content = message.get("content") or ""
@@ -593,11 +598,14 @@ async def test_memory_injection_stays_in_its_block(
     await extractions_done(chat_services)
     typed = [first_words, USER_WORDS]
 
-    recall, after_tool, _ = model.calls
+    recall, after_tool, follow_up = model.calls
     for call in model.calls:
         check_chat_call(call, typed)
     # Recalled before the first call: in the memories block, once.
     assert inside(recall["messages"][-1]["content"], canary, "memories")
+    # In the chat under way, with the instructions: in their memories block, once.
+    assert inside(follow_up["messages"][0]["content"], canary, "memories")
+    assert canary not in follow_up["messages"][-1]["content"]
     # Retrieved by the tool: in its result, with nothing of ours around or in it.
     tool_result = after_tool["messages"][-1]
     assert tool_result["role"] == "tool" and canary in tool_result["content"]
