@@ -33,7 +33,6 @@ from typing import Any
 
 from core import chat_store, memory_store, tracing
 from core.clock import now_in
-from core.forget_requests import asks_to_forget
 from core.grounding import (
     best_supporting_sentence,
     content_words,
@@ -187,10 +186,6 @@ async def _apply(
     fact = absolute_dates(fact, now_in(zone, message["sent_at"]).now)
     if _ABOUT_THE_USER.search(fact):
         quote = _quote(text, numbers, fact)
-        if quote is not None and all(asks_to_forget(s) for s in split_sentences(quote)):
-            # "Please forget that I live in Porto." was read as the fact again.
-            _refuse(result, fact, "the user asked to forget it")
-            return
         if quote is None:
             _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
             return

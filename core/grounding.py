@@ -93,6 +93,20 @@ def sentence_span(message: str, numbers: list[int]) -> str | None:
     return message[start:end] if message[start:].startswith(first) else None
 
 
+def sentences_of(span: str, message: str) -> list[str]:
+    """The message's sentences that `span` (the message's own text) is part of, or none."""
+    start = message.find(span)
+    if not span or start < 0:
+        return []
+    sentences = split_sentences(message)
+    found = []
+    for index, sentence in enumerate(sentences):
+        where = _locate(message, sentences, index)
+        if where < start + len(span) and start < where + len(sentence):
+            found.append(sentence)
+    return found
+
+
 def _locate(message: str, sentences: list[str], index: int) -> int:
     """Where sentence `index` starts in `message` (sentences may repeat, so search in order)."""
     position = 0

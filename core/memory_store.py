@@ -36,7 +36,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from core.grounding import find_quote, shares_a_word, states_its_numbers, told_by
+from core.forget_requests import asks_to_forget
+from core.grounding import find_quote, sentences_of, shares_a_word, states_its_numbers, told_by
 
 logger = logging.getLogger("resolveai.db")
 
@@ -213,6 +214,10 @@ def _grounded_quote(fact: str, quote: str, message: str) -> str:
         raise NotGrounded(
             "that is not something the user said: the quote is not in the user's message"
         )
+    around = sentences_of(span, message)
+    if around and all(asks_to_forget(sentence) for sentence in around):
+        # "Please forget that I live in Porto." holds the words but tells nothing.
+        raise NotGrounded("that is not something the user said: they asked to forget it")
     if not shares_a_word(fact, span):
         raise NotGrounded("that is not something the user said: the quote does not state that fact")
     if not states_its_numbers(fact, span):

@@ -480,6 +480,21 @@ async def test_save_tool_refuses_what_the_user_said_of_the_assistant(
     assert await count_memories(memory_pool) == 0
 
 
+async def test_save_tool_refuses_a_request_to_forget_as_its_quote(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    """ "Please forget that I live in Porto." asks to forget the fact, it does not tell it: no
+    model, the chat's tool or the extraction alike, can store it from that quote."""
+    chat = await chat_store.create_chat(memory_pool)
+    said = "Please forget that I live in Porto."
+    config = await turn_config(memory_pool, embedder, chat["chat_id"], said)
+    with pytest.raises(memory_store.NotGrounded, match="asked to forget it"):
+        await save_memory.ainvoke(
+            {"content": "The user lives in Porto.", "quote": "I live in Porto"}, config=config
+        )
+    assert await count_memories(memory_pool) == 0
+
+
 async def test_save_tool_rejects_a_too_long_fact(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from chat.memory_recall import said_lines
 from core.forget_requests import asks_to_forget, forget_requests
+from core.grounding import sentences_of
 from core.memory_jobs import QueuedMessage
 from core.services import Services
 from tests.chat_client import send
@@ -45,6 +46,18 @@ def test_a_request_to_forget_is_no_fact() -> None:
     assert asks_to_forget("Forget it.")
     assert not asks_to_forget("I always forget my keys.")
     assert not asks_to_forget("I live in Porto, so forget Lisbon.")
+
+
+def test_the_sentences_a_quote_is_part_of_say_whether_it_asks_to_forget() -> None:
+    """The store refuses a quote all of whose sentences ask to forget (core/memory_store.py)."""
+    message = "Forget my old job. I'm a baker now, in Porto."
+    assert sentences_of("I'm a baker now", message) == ["I'm a baker now, in Porto."]
+    assert sentences_of("old job. I'm a baker", message) == [
+        "Forget my old job.",
+        "I'm a baker now, in Porto.",
+    ]
+    assert sentences_of("my old job", message) == ["Forget my old job."]
+    assert sentences_of("Lisbon", message) == []
 
 
 def test_a_request_to_forget_is_not_given_as_what_the_user_said_elsewhere() -> None:
