@@ -26,11 +26,13 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from chat import summary as chat_summary
 from core import chat_store
+from core.accounts import LOCAL_USER_ID
 from core.config import PROJECT_ROOT
 from core.prompts import WEB_NOTE
 from core.services import Services
 from server import CONTENT_SECURITY_POLICY
 from tests.chat_client import serve
+from tests.conftest import forget_memories
 from tests.scripted_model import ScriptedProvider
 from tests.ui_fixtures import (
     SHOWCASE_ANSWER,
@@ -115,17 +117,18 @@ async def showcase_chat(chat_services: Services) -> uuid.UUID:
     return await seed_showcase(chat_services.database.pool)
 
 
-@pytest.fixture(scope="session")
-async def showcase_memories(chat_services: Services) -> uuid.UUID:
-    """The memories the Memory page screenshots show, and only those: what other tests left is
-    removed (each test seeds what it needs). Returns the chat they came from."""
-    pool = chat_services.database.pool
-    chat_id = await seed_showcase_memories(pool, chat_services.embedder)
-    async with pool.connection() as conn:
-        await conn.execute(
-            "DELETE FROM memories WHERE source_chat_id IS DISTINCT FROM %s", (chat_id,)
-        )
-    return chat_id
+@pytest.fixture
+async def showcase_memories(chat_services: Services) -> AsyncIterator[uuid.UUID]:
+    """The memories the Memory page screenshots show, and only those, for one test: a user with
+    a few memories gets them all with every message, so any left would be in the next test's
+    prompts. Yields the chat they came from."""
+    await forget_memories(chat_services)
+    chat_id = await seed_showcase_memories(chat_services.database.pool, chat_services.embedder)
+    yield chat_id
+    await chat_store.delete_chat(
+        chat_services.database.pool, chat_id, LOCAL_USER_ID, forget_memories=True
+    )
+    await forget_memories(chat_services)
 
 
 @pytest.fixture(scope="session")
