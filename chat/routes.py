@@ -32,10 +32,17 @@ from pydantic.json_schema import SkipJsonSchema
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from chat.auth import user_of
-from chat.runner import MAX_MESSAGE_CHARS, ChatBusy, ChatNotFound, MessageNotFound, start_turn
+from chat.runner import (
+    MAX_MESSAGE_CHARS,
+    MAX_SENT_DOCUMENTS,
+    ChatBusy,
+    ChatNotFound,
+    MessageNotFound,
+    start_turn,
+)
 from chat.turn_jobs import TurnJobs, follow_turn, request_stop
 from chat.user_errors import web_search_status
-from core import accounts, chat_store, memory_store, turn_store
+from core import accounts, chat_store, document_store, memory_store, turn_store
 from core.api_schema import NON_BLANK_TEXT, event_stream_route
 from core.http_errors import errors
 from core.model_names import friendly_name
@@ -63,6 +70,8 @@ class MessageIn(BaseModel):
     use_web: StrictBool = False
     # research: the question answered as a cited report from several searches (needs web search).
     mode: Literal["chat", "research"] = "chat"
+    # Files uploaded first (POST /api/documents) and sent with the message: the reply reads them.
+    document_ids: list[uuid.UUID] = Field(default_factory=list, max_length=MAX_SENT_DOCUMENTS)
 
     @field_validator("content")
     @classmethod
@@ -169,6 +178,7 @@ async def _stream(
     edit: uuid.UUID | None = None,
     resume: uuid.UUID | None = None,
     mode: str = "chat",
+    document_ids: list[uuid.UUID] | None = None,
 ) -> Response:
     services = services_of(request)
     if (use_web or mode == "research") and services.search_provider is None:
@@ -177,6 +187,8 @@ async def _stream(
         raise HTTPException(400, web_search_status(status) or f"Web search is off: {status}.")
     user = user_of(request)
     await _within_limits(request, user)
+    if document_ids:
+        await _documents_or_404(services, document_ids, user.user_id)
     try:
         turn = await start_turn(
             services,
@@ -190,6 +202,7 @@ async def _stream(
             edit=edit,
             resume=resume,
             mode=mode,
+            document_ids=document_ids or [],
         )
     except (ChatNotFound, MessageNotFound) as error:
         raise HTTPException(404, str(error)) from None
@@ -197,6 +210,17 @@ async def _stream(
         raise HTTPException(409, str(error)) from None
     job = await jobs_of(request).start(turn)
     return event_stream(job.follow(0))
+
+
+async def _documents_or_404(
+    services: Services, document_ids: list[uuid.UUID], user_id: uuid.UUID
+) -> None:
+    """404 for a document sent with a message that is not one of the user's."""
+    found = await document_store.get_documents(services.database.pool, document_ids, user_id)
+    known = {row["document_id"] for row in found}
+    for document_id in document_ids:
+        if document_id not in known:
+            raise HTTPException(404, f"No document with id {document_id}")
 
 
 async def _within_limits(request: Request, user: accounts.User) -> None:
@@ -259,13 +283,17 @@ async def client_config(request: Request) -> dict[str, Any]:
 async def send_message(request: Request, body: NewMessageIn) -> Response:
     """Send a message; with no `chat_id` it starts a new chat (announced by a `chat` event)."""
     return await _stream(
-        request, body.chat_id, body.content, body.use_web, body.temporary, mode=body.mode
-    )
+        request, body.chat_id, body.content, body.use_web, body.temporary, mode=body.mode,
+        document_ids=body.document_ids,
+    )  # fmt: skip
 
 
 @router.post("/chats/{chat_id}/messages", **event_stream_route(404, 409, 429))
 async def send_message_to_chat(request: Request, chat_id: uuid.UUID, body: MessageIn) -> Response:
-    return await _stream(request, chat_id, body.content, body.use_web, mode=body.mode)
+    return await _stream(
+        request, chat_id, body.content, body.use_web, mode=body.mode,
+        document_ids=body.document_ids,
+    )  # fmt: skip
 
 
 @router.post(
@@ -292,8 +320,9 @@ async def edit_message(
     """Edit one of your messages: the new text is another version of it, answered on a branch of
     its own (streamed like a new message); the old branch stays, one version away."""
     return await _stream(
-        request, chat_id, body.content, body.use_web, edit=message_id, mode=body.mode
-    )
+        request, chat_id, body.content, body.use_web, edit=message_id, mode=body.mode,
+        document_ids=body.document_ids,
+    )  # fmt: skip
 
 
 @router.post("/chats/{chat_id}/messages/{message_id}/continue", **event_stream_route(404, 409, 429))
@@ -390,6 +419,10 @@ async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, 
     rows = await chat_store.list_messages(pool, chat_id)
     used = await memory_store.get_memories(pool, [i for row in rows for i in row["memory_ids"]])
     contents = {memory["memory_id"]: memory["content"] for memory in used}
+    sent = await document_store.get_documents(
+        pool, [i for row in rows for i in row["document_ids"]], user_of(request).user_id
+    )
+    filenames = {document["document_id"]: document["filename"] for document in sent}
     return [
         {
             **public(row, MESSAGE_FIELDS),
@@ -398,6 +431,12 @@ async def list_messages(request: Request, chat_id: uuid.UUID) -> list[dict[str, 
                 {"memory_id": str(i), "content": contents[i]}
                 for i in row["memory_ids"]
                 if i in contents
+            ],
+            # The files sent with a question (a deleted one is left out).
+            "documents": [
+                {"document_id": str(i), "filename": filenames[i]}
+                for i in row["document_ids"]
+                if i in filenames
             ],
         }
         for row in rows

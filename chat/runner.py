@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from core.turn_store import NewTurn
 log = logging.getLogger("resolveai.chat")
 
 MAX_MESSAGE_CHARS = 32_000  # longer messages are refused (422) rather than silently cut
+MAX_SENT_DOCUMENTS = 10  # files sent with one message
 TITLE_CHARS = 60
 
 
@@ -90,6 +91,7 @@ async def start_turn(
     edit: uuid.UUID | None = None,
     resume: uuid.UUID | None = None,
     mode: str = "chat",
+    document_ids: Sequence[uuid.UUID] = (),
 ) -> Turn:
     """Create/claim the chat (one of `user_id`'s) and save the user's message; raises ChatNotFound
     (also for another user's chat), ChatBusy or MessageNotFound. `temporary` makes a new chat one
@@ -100,7 +102,8 @@ async def start_turn(
     new version of this question, answered on a branch of its own (the old branch stays).
     `resume`: continue this reply (stopped or failed, the chat's last): the turn's reply starts
     with its text and is saved in its place. `mode`: "chat", or "research" (a cited report from
-    several searches, rag/research.py)."""
+    several searches, rag/research.py). `document_ids`: the user's documents sent with a new
+    message (or an edited one), read for it."""
     pool = services.database.pool
     run_id = uuid.uuid4()
     new_chat = None
@@ -111,11 +114,14 @@ async def start_turn(
         # Chat, claim and first message in one statement: nothing is left half-made if the
         # database refuses the message.
         new_chat, message_id = await chat_store.start_chat(
-            pool, title_from(content), content, run_id, lease, user_id, temporary=temporary
-        )
+            pool, title_from(content), content, run_id, lease, user_id, temporary=temporary,
+            document_ids=document_ids,
+        )  # fmt: skip
         chat_id = new_chat["chat_id"]
         claimed: dict[str, Any] = new_chat
-        message: dict[str, Any] = {"message_id": message_id, "content": content}
+        message: dict[str, Any] = {
+            "message_id": message_id, "content": content, "document_ids": list(document_ids)
+        }  # fmt: skip
         log.info("Chat %s: created (%r)", short_id(chat_id), new_chat["title"])
     else:
         claimed = await chat_store.claim_chat_run(pool, chat_id, run_id, lease, user_id=user_id)
@@ -137,8 +143,9 @@ async def start_turn(
             # A new question records its turn with it, so what the turn does is known now.
             use_web = _searches_web(use_web, claimed["preferences"])
             message, recorded = await _question(
-                pool, chat_id, content, regenerate, edit, continues, NewTurn(run_id, use_web, mode)
-            )
+                pool, chat_id, content, regenerate, edit, continues,
+                NewTurn(run_id, use_web, mode), document_ids,
+            )  # fmt: skip
         except BaseException:
             await chat_store.release_chat_run(pool, chat_id, run_id)
             raise
@@ -167,6 +174,7 @@ async def start_turn(
         steps=list(continues["steps"]) if continues else [],
         memory=memory,
         has_documents=claimed["has_documents"],
+        sent_documents=list(message.get("document_ids") or []),
         time_zone=preferences["time_zone"],
         tools_off=frozenset(preferences["disabled_tools"]),
         wake_memory=wake_memory or (lambda: None),
@@ -189,6 +197,7 @@ async def _question(
     edit: uuid.UUID | None,
     continues: dict[str, Any] | None,
     turn: NewTurn,
+    document_ids: Sequence[uuid.UUID],
 ) -> tuple[dict[str, Any], bool]:
     """The user message this turn answers, saved (or, for a regenerate or a continue, found), and
     whether `turn` was recorded with it (a question saved now)."""
@@ -208,7 +217,11 @@ async def _question(
         if original is None or original["role"] != "user":
             raise MessageNotFound(f"No message of yours with id {edit} in this chat")
         parent = original["parent_id"]  # a sibling: another version of that question
-    message = await chat_store.add_message(pool, chat_id, "user", content, parent=parent, turn=turn)
+        # Edited, a question keeps the files sent with it unless others are sent.
+        document_ids = document_ids or original["document_ids"]
+    message = await chat_store.add_message(
+        pool, chat_id, "user", content, parent=parent, turn=turn, document_ids=document_ids
+    )
     return message, True
 
 

@@ -46,6 +46,8 @@ class TurnContext:
     # The user has documents ready: their passages are searched for the message (read with the
     # chat's claim).
     has_documents: bool = False
+    # The documents the user's message was sent with (attached in the composer): read for it.
+    sent_documents: list[uuid.UUID] = field(default_factory=list)
     # The passages of the user's documents this reply may cite, numbered: found for the message,
     # then by the search_documents tool (saved as the reply's sources).
     document_sources: list[dict[str, Any]] = field(default_factory=list)

@@ -19,6 +19,7 @@ shown, and the branch (root to head) is what the screen and the prompt read.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -37,7 +38,7 @@ STATUSES = ("complete", "interrupted", "error", "streaming")
 
 _MESSAGE_COLUMNS = (
     "message_id, chat_id, role, content, status, sources, steps, tool_calls, error, sent_at,"
-    " memory_ids, reply_to, parent_id, model, notes"
+    " memory_ids, reply_to, parent_id, model, notes, document_ids"
 )
 # The chat's head: the message `head_id` names, or its latest message if that one is gone
 # (head_id is no foreign key, see migration 0007). `c` is the chats row.
@@ -109,11 +110,12 @@ async def start_chat(
     lease_seconds: float,
     user_id: uuid.UUID,
     temporary: bool = False,
+    document_ids: Sequence[uuid.UUID] = (),
 ) -> tuple[dict[str, Any], uuid.UUID]:
     """A new chat of `user_id`'s with its first (user) message as its head, claimed for
     `run_id`'s reply (the row carries `previous_run_id`, None, and `preferences`, as
     `claim_chat_run`'s does): the chat's row and the message's id. One statement, so a message
-    the database refuses leaves no empty chat."""
+    the database refuses leaves no empty chat. `document_ids`: the documents sent with it."""
     message_id = uuid.uuid4()  # known up front: the chat's head from its first row on
     row = await fetch_one(
         db,
@@ -121,13 +123,15 @@ async def start_chat(
         "  (title, temporary, run_id, run_expires_at, head_id, user_id)"
         " VALUES (%(title)s, %(temporary)s, %(run)s,"
         "  now() + make_interval(secs => %(lease)s), %(message)s, %(user)s) RETURNING *),"
-        " added AS (INSERT INTO messages (message_id, chat_id, role, content)"
-        "  SELECT %(message)s, chat_id, 'user', %(content)s FROM chat RETURNING message_id)"
+        " added AS (INSERT INTO messages (message_id, chat_id, role, content, document_ids)"
+        "  SELECT %(message)s, chat_id, 'user', %(content)s, %(documents)s FROM chat"
+        "  RETURNING message_id)"
         " SELECT chat.*, NULL::uuid AS previous_run_id,"
         f" {preferences_sql('chat.user_id')} AS preferences,"
         f" {has_documents_sql('chat.user_id')} AS has_documents FROM chat, added",
         {"title": _clean_title(title), "temporary": temporary, "run": run_id, "user": user_id,
-         "lease": lease_seconds, "message": message_id, "content": first_message},
+         "lease": lease_seconds, "message": message_id, "content": first_message,
+         "documents": list(document_ids)},
     )  # fmt: skip
     assert row is not None
     return row, message_id
@@ -310,6 +314,7 @@ async def add_message(
     model: str | None = None,
     notes: list[str] | None = None,
     turn: NewTurn | None = None,
+    document_ids: Sequence[uuid.UUID] = (),
 ) -> dict[str, Any]:
     """Add a message and mark the chat as just used; raises `ChatNotFound`. `memory_ids`: the
     memories recalled or retrieved for an assistant reply; `model`: the LiteLLM model that wrote
@@ -322,7 +327,8 @@ async def add_message(
 
     `run_id` (the turn writing a reply) makes it the one reply of that turn: a reply the turn
     saved before is replaced, unless it is complete, which then stays and is returned. `turn`
-    (for a user message): the turn that answers it, recorded by the same statement."""
+    (for a user message): the turn that answers it, recorded by the same statement;
+    `document_ids` (for a user message): the documents sent with it."""
     _check_choice(role, ROLES, "role")
     _check_choice(status, STATUSES, "status")
     if reply_to is not None:
@@ -336,10 +342,11 @@ async def add_message(
             f"  CASE WHEN %(at_head)s THEN {_HEAD} ELSE %(parent)s::uuid END AS parent_id"
             "  FROM chats AS c WHERE c.chat_id = %(chat)s),"
             " added AS (INSERT INTO messages (chat_id, role, content, status, sources, steps,"
-            "  tool_calls, error, memory_ids, reply_to, parent_id, run_id, model, notes)"
+            "  tool_calls, error, memory_ids, reply_to, parent_id, run_id, model, notes,"
+            "  document_ids)"
             "  SELECT chat_id, %(role)s, %(content)s, %(status)s, %(sources)s, %(steps)s,"
             "  %(tool_calls)s, %(error)s, %(memory_ids)s, %(reply_to)s, parent_id, %(run)s,"
-            "  %(model)s, %(notes)s"
+            "  %(model)s, %(notes)s, %(document_ids)s"
             "  FROM chat"
             "  ON CONFLICT (run_id) WHERE run_id IS NOT NULL DO UPDATE SET"
             "  content = EXCLUDED.content, status = EXCLUDED.status, sources = EXCLUDED.sources,"
@@ -366,6 +373,7 @@ async def add_message(
                 "model": model,
                 "notes": Jsonb(notes or []),
                 "memory_ids": list(memory_ids or []),
+                "document_ids": list(document_ids),
                 "reply_to": reply_to,
                 "run": run_id,
                 "at_head": parent == HEAD,

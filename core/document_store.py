@@ -90,6 +90,53 @@ async def get_document(db: Db, document_id: uuid.UUID, user_id: uuid.UUID) -> di
     )
 
 
+async def get_documents(
+    db: Db, document_ids: Sequence[uuid.UUID], user_id: uuid.UUID
+) -> list[dict[str, Any]]:
+    """Those of the documents that are `user_id`'s, in the order asked."""
+    if not document_ids:
+        return []
+    return await fetch_all(
+        db,
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents"
+        " WHERE document_id = ANY(%(ids)s) AND user_id = %(user)s"
+        " ORDER BY array_position(%(ids)s, document_id)",
+        {"ids": list(document_ids), "user": user_id},
+    )
+
+
+async def read_documents(
+    db: Db,
+    document_ids: Sequence[uuid.UUID],
+    user_id: uuid.UUID,
+    chat_id: uuid.UUID,
+    chars: int,
+) -> list[dict[str, Any]]:
+    """Those of the user's documents that are ready, each with its chunks from the start in
+    order, `chars` of text in all shared between them: a file sent with a message, read for it.
+    Each not yet in a chat becomes `chat_id`'s on the way (its passages then come first in the
+    chat's searches). Rows: the document's columns, `pages_read` and `chunks_read` (a list of
+    chunk_id, page, heading, content)."""
+    share = chars // max(1, len(document_ids))
+    return await fetch_all(
+        db,
+        "WITH attached AS (UPDATE documents SET chat_id = %(chat)s"
+        "  WHERE document_id = ANY(%(ids)s) AND user_id = %(user)s AND chat_id IS NULL)"
+        f" SELECT {', '.join(f'd.{c}' for c in DOCUMENT_COLUMNS.split(', '))},"
+        "  max(r.page) AS pages_read,"
+        "  jsonb_agg(jsonb_build_object('chunk_id', r.chunk_id, 'page', r.page,"
+        "   'heading', r.heading, 'content', r.content) ORDER BY r.ordinal) AS chunks_read"
+        " FROM documents AS d CROSS JOIN LATERAL ("
+        "  SELECT c.*, sum(length(c.content)) OVER (ORDER BY c.ordinal) AS upto"
+        "  FROM document_chunks AS c"
+        "  WHERE c.document_id = d.document_id AND c.user_id = %(user)s) AS r"
+        " WHERE d.document_id = ANY(%(ids)s) AND d.user_id = %(user)s AND d.status = 'ready'"
+        "  AND (r.ordinal = 0 OR r.upto <= %(share)s)"
+        " GROUP BY d.document_id ORDER BY array_position(%(ids)s, d.document_id)",
+        {"ids": list(document_ids), "user": user_id, "chat": chat_id, "share": share},
+    )
+
+
 async def get_file(db: Db, document_id: uuid.UUID, user_id: uuid.UUID) -> dict | None:
     """The original: its name, media type and bytes."""
     return await fetch_one(

@@ -86,11 +86,17 @@ async def read_numbered_events(
 
 
 async def send(
-    client: httpx.AsyncClient, content: str, chat_id: Any = None, use_web: bool = False
+    client: httpx.AsyncClient,
+    content: str,
+    chat_id: Any = None,
+    use_web: bool = False,
+    **fields: Any,
 ) -> list[dict[str, Any]]:
-    """Send a message and collect every event of the reply (heartbeats left out)."""
+    """Send a message (with any other `fields` of the request's body) and collect every event of
+    the reply (heartbeats left out)."""
     url = f"/api/chats/{chat_id}/messages" if chat_id else "/api/messages"
-    async with client.stream("POST", url, json={"content": content, "use_web": use_web}) as r:
+    body = {"content": content, "use_web": use_web, **fields}
+    async with client.stream("POST", url, json=body) as r:
         assert r.status_code == 200, await r.aread()
         return [e async for e in read_events(r) if e["type"] != "heartbeat"]
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from chat import document_recall
 from chat.tools import available_tool_names
 from core import document_store
 from core.accounts import LOCAL_USER_ID
@@ -24,7 +25,7 @@ from core.db import load_migrations, migrate
 from core.services import Services
 from evals.pdf_pages import pdf_with_pages, wrap
 from rag import document_search
-from tests.chat_client import password_services, send, serve
+from tests.chat_client import password_services, read_events, send, serve
 from tests.scripted_model import ScriptedProvider
 from tests.test_accounts import new_user, sign_in
 from tests.test_db import open_pool
@@ -122,6 +123,77 @@ async def test_a_pdf_answers_from_its_page_3_with_a_citation(
         assert (await left.fetchone())[0] == 0
     saved = (await client.get(f"/api/chats/{chat_id}/messages")).json()[-1]
     assert "9 pm" in saved["sources"][0]["text"]
+
+
+async def test_a_file_sent_with_a_message_is_read_for_it(
+    client: httpx.AsyncClient, model: ScriptedProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyless trial: a PDF attached to a new chat, then "Summarize this." The message shares no
+    word with the file, so no passage passed the search's floor and the local model wrote
+    "[Insert PDF Title]" placeholders. A file sent with a message is read for it: the whole of
+    it if it fits, else its start."""
+    tag = uuid.uuid4().hex[:8]
+    sent = await upload(client, f"{tag}-guide.pdf", unique_pdf(tag))  # the draft's: no chat yet
+    document = await processed(client, sent.json()["document_id"])
+    assert document["status"] == "ready" and document["chat_id"] is None
+    ids = [document["document_id"]]
+
+    model.push({"text": "A festival guide: stalls, a lantern parade at 9 pm, bakeries [1]."})
+    events = await send(client, "Summarize this.", document_ids=ids)
+    steps = [e["text"] for e in events if e["type"] == "step"]
+    assert f"Reading {tag}-guide.pdf (4 pages)" in steps, steps
+    prompt = model.calls[-1]["messages"][-1]["content"]
+    documents = prompt.split("<documents>", 1)[1]
+    for said in ("festival guide, page 1", "lantern parade starts at 9 pm", "lists the bakeries"):
+        assert said in documents, said
+    sources = next(e["sources"] for e in events if e["type"] == "sources")
+    assert [s["page"] for s in sources] == sorted(s["page"] for s in sources)
+    assert {s["page"] for s in sources} == {1, 2, 3, 4}
+    assert all(s["document_id"] == ids[0] for s in sources)
+
+    # The message keeps what was sent with it; the file is now the chat's.
+    chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
+    question = (await client.get(f"/api/chats/{chat_id}/messages")).json()[0]
+    assert question["documents"] == [{"document_id": ids[0], "filename": f"{tag}-guide.pdf"}]
+    assert (await client.get(f"/api/documents/{ids[0]}")).json()["chat_id"] == chat_id
+
+    # Answered again, the file is read again.
+    model.push({"text": "A guide to a festival."})
+    url = f"/api/chats/{chat_id}/messages/{question['message_id']}/regenerate"
+    async with client.stream("POST", url) as response:
+        assert response.status_code == 200
+        again = [e async for e in read_events(response)]
+    assert f"Reading {tag}-guide.pdf (4 pages)" in [e.get("text") for e in again]
+    assert "lists the bakeries" in model.calls[-1]["messages"][-1]["content"]
+
+    # A file longer than what is read for a message: its start, and a note saying so.
+    monkeypatch.setattr(document_recall, "SENT_CHARS", 1200)
+    model.push({"text": "It opens with the town square."})
+    events = await send(client, "And this?", chat_id, document_ids=ids)
+    steps = [e["text"] for e in events if e["type"] == "step"]
+    assert any(s.startswith(f"Reading the start of {tag}-guide.pdf (pages 1-") for s in steps)
+    assert f"Only the start of {tag}-guide.pdf was read" in " ".join(
+        next(e for e in events if e["type"] == "done")["notes"]
+    )
+    documents = model.calls[-1]["messages"][-1]["content"].split("<documents>", 1)[1]
+    assert "festival guide, page 1" in documents and "lists the bakeries" not in documents
+
+    # A file that could not be read is named in a note; an unknown one is a 404, and nothing
+    # is saved.
+    failed = await upload(client, f"{tag}-scan.pdf", pdf_with_pages([[], []]))
+    failed_id = (await processed(client, failed.json()["document_id"]))["document_id"]
+    model.push({"text": "There is nothing to read."})
+    events = await send(client, "What does it say?", chat_id, document_ids=[failed_id])
+    done = next(e for e in events if e["type"] == "done")
+    assert any(note.startswith(f"{tag}-scan.pdf could not be read") for note in done["notes"])
+    before = len((await client.get(f"/api/chats/{chat_id}/messages")).json())
+    unknown = str(uuid.uuid4())
+    for url in ("/api/messages", f"/api/chats/{chat_id}/messages"):
+        response = await client.post(url, json={"content": "Hi", "document_ids": [unknown]})
+        assert response.status_code == 404 and unknown in response.json()["error"]
+    assert len((await client.get(f"/api/chats/{chat_id}/messages")).json()) == before
+    for document_id in (ids[0], failed_id):
+        await client.delete(f"/api/documents/{document_id}")
 
 
 async def test_the_same_file_twice_is_one_document_and_the_original_comes_back(
@@ -455,7 +527,9 @@ async def test_chunks_stored_before_partitioning_are_kept_and_found(
         document = await add_chunks(
             pool, embedder, LOCAL_USER_ID, ["Otters hold hands while they sleep."]
         )
-        assert await migrate(fresh_database) == ["0014_document_chunks_by_user"]
+        assert await migrate(fresh_database, load_migrations()[:14]) == [
+            "0014_document_chunks_by_user"
+        ]
         chunks = await document_store.document_chunks(pool, document, LOCAL_USER_ID)
         assert [c["content"] for c in chunks] == ["Otters hold hands while they sleep."]
         found = await document_search.search_documents(

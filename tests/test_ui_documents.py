@@ -202,6 +202,16 @@ async def test_a_file_attached_in_the_composer_is_read_then_renamed_and_deleted(
     reply = ui.assistant()
     await expect(reply).to_have_attribute("data-status", "complete", timeout=20_000)
     await expect(page.locator(".attachment")).to_have_count(0)
+    # The file went with the message: shown on it, and read whole for the reply.
+    sent = page.locator(".msg-user").last.locator(".msg-files a.msg-file")
+    await expect(sent).to_have_text(name)
+    assert await sent.get_attribute("href") == f"#/documents/{document_id}"
+    assert "recycling goes out on Tuesday" in model.calls[-1]["messages"][-1]["content"]
+    await ui.shot("desktop-light-sent-document")
+    async with await api_client(ui.url) as client:
+        saved = (await client.get(f"/api/chats/{chat_id}/messages")).json()
+    assert f"Reading {name}" in [step["text"] for step in saved[-1]["steps"]]
+    assert saved[-2]["documents"] == [{"document_id": document_id, "filename": name}]
     await expect(reply.locator(".sources-list a.source-document")).to_have_text(name)
     await reply.locator(".markdown a.cite").click()
     viewer = re.compile(rf"#/documents/{document_id}\?chunk=[0-9a-f-]{{36}}$")

@@ -215,14 +215,15 @@ export async function importData(file) {
 
 /**
  * Send a message and return the streaming Response (text/event-stream). No `chatId` starts a new
- * chat; `temporary` makes that chat one that neither reads nor writes memory. The reply is written
- * to its end whether or not this stream is read (Stop is `api.stop`); aborting `signal` only stops
- * reading.
+ * chat; `temporary` makes that chat one that neither reads nor writes memory; `documentIds`: the
+ * files (uploaded first) sent with it, which the reply reads. The reply is written to its end
+ * whether or not this stream is read (Stop is `api.stop`); aborting `signal` only stops reading.
  */
-export async function postMessage(chatId, content, useWeb, signal, { temporary = false, mode = "chat" } = {}) {
+export async function postMessage(chatId, content, useWeb, signal, { temporary = false, mode = "chat", documentIds = [] } = {}) {
   const path = chatId ? `${chatPath(chatId)}/messages` : "/api/messages";
   const body = { content, use_web: useWeb };
   if (mode !== "chat") body.mode = mode;
+  if (documentIds.length) body.document_ids = documentIds;
   if (!chatId && temporary) body.temporary = true; // only a new chat can be temporary
   return openEvents(path, {
     method: "POST",

@@ -77,10 +77,17 @@ export function createAttachments({ chatId = () => null, onChange = () => {} } =
     clear() {
       for (const chip of [...chips]) chip.remove();
     },
-    /** A message was sent: the documents read by then went with it; those still being read (or
-     *  uploaded) stay in view. */
+    /** A message is sent: the documents read by then go with it (returned as `{document_id,
+     *  filename}`, for the reply to read them); those still being read (or uploaded) stay in view
+     *  for the next one. */
     sent() {
-      for (const chip of [...chips]) if (!chip.busy) chip.remove();
+      const going = [];
+      for (const chip of [...chips]) {
+        if (chip.busy) continue;
+        if (chip.root.dataset.status === "ready") going.push({ document_id: chip.documentId, filename: chip.filename });
+        chip.remove();
+      }
+      return going;
     },
   };
 }

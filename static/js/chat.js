@@ -55,9 +55,10 @@ function sleep(ms, signal) {
 }
 
 class Turn {
-  constructor(chatId, content, useWeb, view, temporary = false, mode = "chat") {
+  constructor(chatId, content, useWeb, view, temporary = false, mode = "chat", documents = []) {
     this.chatId = chatId;
     this.content = content;
+    this.documents = documents; // the files sent with it: {document_id, filename}
     this.useWeb = useWeb;
     this.mode = mode; // "chat", or "research": a cited report from several searches
     this.temporary = temporary; // a new chat that neither reads nor writes memory
@@ -267,7 +268,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     messages.forEach((message, index) => {
       if (message.role === "user") {
         const onEdit = (text) => edit(message.message_id, text);
-        nodes.push(userMessage(message.content, message.message_id, { versions: message.versions, onPick, onEdit }));
+        nodes.push(userMessage(message.content, message.message_id, { versions: message.versions, onPick, onEdit, documents: message.documents }));
         return;
       }
       const asked = messages[index - 1]?.role === "user" ? messages[index - 1] : null;
@@ -317,15 +318,15 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     node?.remove();
   }
 
-  async function send(content, useWeb, mode = "chat") {
+  async function send(content, useWeb, mode = "chat", documents = []) {
     const previous = turns.get(shown.key);
     if (previous && previous.phase === "streaming") return;
     if (!shown.chatId) messagesBox.querySelector(".empty-state")?.remove();
     for (const old of messagesBox.querySelectorAll(".retry-button")) old.remove();
     const view = new AssistantMessage({ onChange: () => scroll.follow() });
-    const turn = new Turn(shown.chatId, content, useWeb, view, !shown.chatId && temporaryDraft, mode);
+    const turn = new Turn(shown.chatId, content, useWeb, view, !shown.chatId && temporaryDraft, mode, documents);
     turn.viewId = shown.viewId;
-    turn.userView = userMessage(content);
+    turn.userView = userMessage(content, undefined, { documents });
     messagesBox.append(turn.userView, view.root);
     turns.set(turn.key, turn);
     scroll.toBottom();
@@ -474,7 +475,11 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
   async function openStream(turn) {
     for (let attempt = 1; ; attempt += 1) {
       try {
-        return await postMessage(turn.chatId, turn.content, turn.useWeb, turn.controller.signal, { temporary: turn.temporary, mode: turn.mode });
+        return await postMessage(turn.chatId, turn.content, turn.useWeb, turn.controller.signal, {
+          temporary: turn.temporary,
+          mode: turn.mode,
+          documentIds: turn.documents.map((doc) => doc.document_id),
+        });
       } catch (error) {
         const justStopped = performance.now() - (stoppedAt.get(turn.key) ?? -Infinity) < BUSY_RETRY_WINDOW_MS;
         if (error.status !== 409 || !justStopped || attempt >= BUSY_RETRIES) throw error;
@@ -545,7 +550,7 @@ export function createChat({ sidebar, composer, isShown = () => true }) {
     const { messageId, userMessageId } = turn;
     turn.view.onRegenerate = () => retry(messageId, null, turn.view.root);
     if (turn.userView && userMessageId && typeof turn.content === "string") {
-      const fresh = userMessage(turn.content, userMessageId, { onEdit: (text) => edit(userMessageId, text) });
+      const fresh = userMessage(turn.content, userMessageId, { onEdit: (text) => edit(userMessageId, text), documents: turn.documents });
       turn.userView.replaceWith(fresh);
       turn.userView = fresh;
     }

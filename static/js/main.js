@@ -65,8 +65,7 @@ const attachments = createAttachments({
 });
 const composer = createComposer({
   onSend: (text, useWeb, mode) => {
-    attachments.sent();
-    chat.send(text, useWeb, mode);
+    chat.send(text, useWeb, mode, attachments.sent());
   },
   onStop: () => chat.stop(),
 });

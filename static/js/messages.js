@@ -17,12 +17,13 @@ import { UsedMemoriesView } from "./used-memories.js";
  * was edited; `onEdit(newText)`: an Edit button whose editor sends the new text (a new version,
  * answered on a branch of its own).
  */
-export function userMessage(content, messageId, { versions = [], onPick = null, onEdit = null } = {}) {
+export function userMessage(content, messageId, { versions = [], onPick = null, onEdit = null, documents = [] } = {}) {
   const bubble = el("div", { class: "bubble", text: content });
   const actions = el("div", { class: "msg-actions" }, copyButton("Copy", "Copy message", () => content));
   const root = el(
     "article",
     { class: "msg msg-user", "aria-label": "Your message", dataset: messageId ? { messageId } : undefined },
+    ...(documents.length ? [sentFiles(documents)] : []),
     bubble,
     actions,
   );
@@ -37,6 +38,17 @@ export function userMessage(content, messageId, { versions = [], onPick = null, 
     actions.classList.add("has-versions");
   }
   return root;
+}
+
+/** The files sent with a question, each opening in the document viewer. */
+function sentFiles(documents) {
+  return el(
+    "ul",
+    { class: "msg-files", "aria-label": "Files sent with this message" },
+    ...documents.map((doc) =>
+      el("li", {}, el("a", { class: "msg-file", href: `#/documents/${encodeURIComponent(doc.document_id)}`, title: doc.filename }, icon("file"), el("span", { text: doc.filename }))),
+    ),
+  );
 }
 
 /** Edit a question in place: Send answers the new text on a branch of its own, Cancel (or
