@@ -29,10 +29,11 @@ from rag.document_search import FoundChunk, search_documents
 log = logging.getLogger("resolveai.documents")
 
 RECALL_LIMIT = 5
-# Of the files sent with a message, read for it (shared between them). The local model reads a
-# prompt at ~200 tokens/s on two cores: 8,000 characters (~2,000 tokens) take ~10 s, and stay
-# well within its 8,192-token context with the chat's history.
-SENT_CHARS_LOCAL = 8_000
+# Of the files sent with a message, read for it (shared between them). The local model read a
+# prompt at ~45 tokens/s on two cores (a keyless trial: 8,000 characters of a PDF, 2,662 tokens
+# with the instructions, took 62 s before the first word), so it gets about a page: ~3,000
+# characters, ~1,000 tokens, ~20 s. A hosted model reads 40,000 (~10,000 tokens) in a second or two.
+SENT_CHARS_LOCAL = 3_000
 SENT_CHARS = 40_000
 
 
