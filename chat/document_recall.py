@@ -130,7 +130,9 @@ def _reading(document: dict[str, Any], whole: bool) -> str:
     if whole:
         return f"Reading {name} ({pages} page{'s' * (pages != 1)})" if pages else f"Reading {name}"
     if pages and document["pages_read"]:
-        return f"Reading the start of {name} (pages 1-{document['pages_read']} of {pages})"
+        read = document["pages_read"]
+        upto = f"pages 1-{read}" if read > 1 else "page 1"
+        return f"Reading the start of {name} ({upto} of {pages})"
     return f"Reading the start of {name}"
 
 
