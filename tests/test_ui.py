@@ -802,6 +802,52 @@ async def test_an_xss_payload_in_a_reply_is_rendered_inert(ui: UI, model) -> Non
     assert ui.dialogs == []
 
 
+# The local model writes its arithmetic in LaTeX ("What's 15% of 240?" came back as
+# "\\[ \\frac{15}{100} \\times 240 = 36 \\]"), shown raw until math was typeset.
+MATH_REPLY = r"""15% of 240:
+\[ \frac{15}{100} \times 240 = 36 \]
+
+Inline, \(x^2 + 1\) and $\sqrt{2}$; on its own:
+
+$$\sum_{k=1}^{n} k = \frac{n(n+1)}{2}$$
+
+Prices stay prices: $5 and $10, and \$3.
+
+Hostile: \(\href{javascript:alert('href')}{click}\) and $\htmlId{messages}{x}$ and
+\( x </math><img src=x onerror="alert('img')"> \)."""
+
+
+async def test_math_is_typeset_and_hostile_tex_stays_inert(ui: UI, model) -> None:
+    model.push({"text": MATH_REPLY})
+    page = ui.page
+    await ui.open()
+    await ui.send("What's 15% of 240?")
+    reply = ui.assistant()
+    await expect(reply).to_have_attribute("data-status", "complete")
+    for attempt in ("live", "after reload"):
+        markdown = reply.locator(".markdown")
+        # Two shown on their own lines, two in the text, and the markup posing as TeX as the
+        # characters it is.
+        await expect(markdown.locator("math")).to_have_count(5)
+        await expect(markdown.locator('math[display="block"]')).to_have_count(2)
+        assert await markdown.locator("math mfrac").count() == 2
+        await expect(markdown.locator("math msqrt")).to_have_count(1)
+        text = await markdown.inner_text()
+        assert "\\frac" not in text and "\\[" not in text
+        assert "$5 and $10, and $3." in text
+        # TeX the typesetter will not make safe is left as the text it is.
+        assert "\\href{javascript:alert('href')}{click}" in text
+        assert await markdown.locator("a").count() == 0
+        assert await page.locator("#messages").count() == 1
+        state = await page.evaluate(INERT_CHECK)
+        assert state == {"handlers": [], "badLinks": [], "dangerous": 0}, attempt
+        await page.reload()
+        reply = ui.assistant()
+        await expect(reply).to_have_attribute("data-status", "complete")
+    await ui.shot("desktop-light-math")
+    assert ui.dialogs == []
+
+
 # --- citations -----------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 // Model output → safe DOM: Markdown (marked) → HTML string → DOMPurify → DocumentFragment, and
-// only then our own additions (code block headers, citation links), built with DOM calls.
-// Model text is untrusted (it can quote web pages), so nothing reaches the page unsanitized.
+// only then our own additions (code block headers, citation links, typeset math), built with DOM
+// calls. Model text is untrusted (it can quote web pages), so nothing reaches the page
+// unsanitized.
 
 import { Marked } from "/vendor/marked/marked.esm.js";
 import hljs from "/vendor/highlight.js/highlight.min.js";
@@ -16,9 +17,46 @@ export function isSafeUrl(url) {
   return typeof url === "string" && /^(https?:\/\/|mailto:)/i.test(url.trim());
 }
 
+// Math as models write it: \[…\] and $$…$$ shown on their own line, \(…\) and $…$ in the text.
+// A `$` opens math only before a non-space and closes it only after one, not before a digit
+// (Pandoc's rule), so "$5 and $10" stays a price. Marked keeps the TeX as a placeholder holding
+// the text it is; `typesetMath` turns it into MathML after sanitizing.
+const DISPLAY_MATH = /^(?:\$\$([^]+?)\$\$|\\\[([^]+?)\\\])/;
+const INLINE_MATH = /^(?:\\\(([^]+?)\\\)|\$(?![\s$])((?:\\.|[^\\$\n])+?)(?<!\s)\$(?!\d))/;
+const MATH_LINE = /^ {0,3}(?:\$\$([^]+?)\$\$|\\\[([^]+?)\\\])[ \t]*(?:\n+|$)/;
+
+const mathPlaceholder = ({ raw, tex, display }) =>
+  `<span class="math-tex" data-display="${display ? "block" : "inline"}" data-tex="${escapeHtml(tex.trim())}">${escapeHtml(raw.trim())}</span>`;
+
+const MATH_EXTENSIONS = [
+  {
+    // On a line of its own (it ends the paragraph before it).
+    name: "mathLine",
+    level: "block",
+    start: (src) => src.match(/^ {0,3}(?:\$\$|\\\[)/m)?.index,
+    tokenizer(src) {
+      const match = MATH_LINE.exec(src);
+      if (match) return { type: "mathLine", raw: match[0], tex: match[1] ?? match[2], display: true };
+    },
+    renderer: (token) => `<p class="math-line">${mathPlaceholder(token)}</p>\n`,
+  },
+  {
+    name: "mathInline",
+    level: "inline",
+    start: (src) => src.match(/\$|\\[[(]/)?.index,
+    tokenizer(src) {
+      const display = DISPLAY_MATH.exec(src);
+      const match = display || INLINE_MATH.exec(src);
+      if (match) return { type: "mathInline", raw: match[0], tex: match[1] ?? match[2], display: Boolean(display) };
+    },
+    renderer: mathPlaceholder,
+  },
+];
+
 const markdown = new Marked({
   gfm: true,
   breaks: false,
+  extensions: MATH_EXTENSIONS,
   renderer: {
     // Raw HTML in a reply is shown as the text it is (what a chat user expects to see when a
     // model writes markup), never interpreted. DOMPurify below is the second line of defence.
@@ -77,8 +115,39 @@ export function renderMarkdown(text, sources = []) {
   const fragment = getPurifier().sanitize(html, PURIFY_OPTIONS);
   decorateCodeBlocks(fragment);
   wrapTables(fragment);
+  typesetMath(fragment);
   if (sources.length) linkCitations(fragment, sources);
   return fragment;
+}
+
+// Temml's MathML, sanitized again with DOMPurify's MathML profile. `trust: false`: \href,
+// \htmlId and the like are refused (the TeX then stays as the text it is).
+const MATH_PURIFY_OPTIONS = { RETURN_DOM_FRAGMENT: true, USE_PROFILES: { mathMl: true }, FORBID_ATTR: ["style", "id"] };
+// The one style Temml writes (on display math; app.css sets it instead): the CSP refuses style
+// attributes, with a console error each, even in DOMPurify's parse.
+const TEMML_DISPLAY_STYLE = ' style="display:block math;"';
+
+/** Typeset each math placeholder with Temml (a classic script: `globalThis.temml`); TeX it cannot
+ *  typeset, or a page without it, shows as written. */
+function typesetMath(root) {
+  const temml = globalThis.temml;
+  if (!temml) return;
+  for (const node of root.querySelectorAll(".math-tex")) {
+    let markup;
+    try {
+      markup = temml.renderToString(node.dataset.tex, {
+        displayMode: node.dataset.display === "block",
+        throwOnError: true,
+        trust: false,
+      });
+    } catch {
+      continue;
+    }
+    const math = getPurifier().sanitize(markup.replace(TEMML_DISPLAY_STYLE, ""), MATH_PURIFY_OPTIONS);
+    if (!math.querySelector("math")) continue;
+    node.replaceChildren(math);
+    node.classList.add("typeset");
+  }
 }
 
 function decorateCodeBlocks(root) {
@@ -117,7 +186,7 @@ function linkCitations(root, sources) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   const targets = [];
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    if (node.parentElement?.closest("pre, code, a")) continue;
+    if (node.parentElement?.closest("pre, code, a, .math-tex")) continue;
     CITATION.lastIndex = 0;
     if (CITATION.test(node.data)) targets.push(node);
   }
