@@ -24,7 +24,7 @@ from core.api_schema import NON_BLANK_TEXT
 from core.clock import MAX_ZONE_CHARS, known_time_zone
 from core.http_errors import errors
 from core.memory_store import public_memory
-from core.preferences import get_preferences, set_preferences
+from core.preferences import MAX_INSTRUCTIONS_CHARS, get_preferences, set_preferences
 from core.services import Services
 
 router = APIRouter(prefix="/api")
@@ -70,6 +70,8 @@ class SettingsEdit(BaseModel):
     disabled_tools: list[ToolName] = Field(None, max_length=len(TOOLS_BY_NAME))  # type: ignore[assignment]
     # The browser's IANA zone (Intl.DateTimeFormat().resolvedOptions().timeZone).
     time_zone: str = Field(None, min_length=1, max_length=MAX_ZONE_CHARS)  # type: ignore[assignment]
+    # How the user wants to be answered ("" for none).
+    custom_instructions: str = Field(None, max_length=MAX_INSTRUCTIONS_CHARS)  # type: ignore[assignment]
 
     @field_validator("time_zone")
     @classmethod

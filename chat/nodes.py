@@ -91,7 +91,10 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     # model read them as what it referred to (5 of 6 follow-ups; 0 of 6 from the instructions).
     profile = recalled.memories if recalled.all_of_them and earlier else []
     with_message = recalled.for_this_message() if profile else recalled.lines()
-    system = chat_instructions(datetime.now(UTC), summary, memory=turn.memory, memories=profile)
+    system = chat_instructions(
+        datetime.now(UTC), summary, memory=turn.memory, memories=profile,
+        custom=turn.custom_instructions,
+    )  # fmt: skip
     links_unread = not turn.services.settings.reads_links and bool(links_in(state["user_text"]))
     if links_unread:
         step_event(turn, LINKS_UNREAD)

@@ -10,10 +10,14 @@ the reply saved in a chat. Which chat:
   last message (a user's) is the new one; the earlier ones are in the chat already, so they are
   not read again.
 - Otherwise the request is a new chat, shown in the chat list like any other: its earlier
-  messages (user and assistant; system messages are not ResolveAI's instructions and are left
-  out) are saved into it, in one transaction, before the last one is answered. Memory is read and
+  messages (user and assistant) are saved into it, in one transaction, before the last one is
+  answered. Memory is read and
   the last message written to it (the earlier ones were, when they were last); `"resolveai":
   {"temporary": true}` makes it a temporary chat (no memory read or written).
+
+System (and developer) messages are the client's instructions for how to answer (Open WebUI's
+system prompt): for that answer they take the place of the custom instructions of the user's
+Settings, under ResolveAI's own (core/prompts.py), not instead of them.
 
 Every answer names its chat in the `X-ResolveAI-Chat-Id` header (and `resolveai.chat_id`). Errors
 are OpenAI's shape (core/openai_errors.py). Sampling parameters (temperature, max_tokens…) and a
@@ -48,6 +52,9 @@ router = APIRouter(prefix="/v1")
 
 CHAT_HEADER = "X-ResolveAI-Chat-Id"
 MAX_MESSAGES = 1000
+# A client's system prompt (a character card, a style guide) fits; a document pasted into it
+# belongs in the user's documents.
+MAX_CLIENT_INSTRUCTIONS_CHARS = 8000
 # A stream's status is sent with its first byte: it waits this long for the reply's first word,
 # so a reply that fails at once (the local model busy, a provider down) is a plain 503.
 FIRST_WORD_SECONDS = 2.0
@@ -150,9 +157,11 @@ def _text_of(message: CompletionMessage, index: int) -> str:
     return "\n".join(texts)
 
 
-def _conversation(messages: list[CompletionMessage]) -> tuple[str, list[tuple[str, str]]]:
-    """The new message (the last, a user's, with text) and the chat before it: (role, text) of
-    the user and assistant messages with text."""
+def _conversation(
+    messages: list[CompletionMessage],
+) -> tuple[str, list[tuple[str, str]], str]:
+    """The new message (the last, a user's, with text), the chat before it ((role, text) of the
+    user and assistant messages with text) and the client's instructions (its system messages)."""
     last = len(messages) - 1
     question = _text_of(messages[last], last)
     if messages[last].role != "user":
@@ -167,12 +176,20 @@ def _conversation(messages: list[CompletionMessage]) -> tuple[str, list[tuple[st
             400, f"The last message is longer than {MAX_MESSAGE_CHARS:,} characters.",
             param=f"messages.{last}.content", code="message_too_long",
         )  # fmt: skip
-    history = []
+    history, instructions = [], []
     for index, message in enumerate(messages[:last]):
         text = _text_of(message, index)
         if message.role in ("user", "assistant") and text.strip():
             history.append((message.role, text))
-    return question, history
+        elif message.role in ("system", "developer") and text.strip():
+            instructions.append(text.strip())
+    said = "\n\n".join(instructions)
+    if len(said) > MAX_CLIENT_INSTRUCTIONS_CHARS:
+        raise OpenAIError(
+            400, f"The system messages are longer than {MAX_CLIENT_INSTRUCTIONS_CHARS:,}"
+            " characters in all.", param="messages", code="instructions_too_long",
+        )  # fmt: skip
+    return question, history, said
 
 
 def _mode_of(model: str) -> str:
@@ -255,7 +272,7 @@ async def chat_completions(request: Request, body: ChatCompletionIn) -> Response
     if chat_id is not None and options.temporary:
         raise OpenAIError(400, "Only a new chat can be made temporary.",
                           param="resolveai.temporary")  # fmt: skip
-    question, history = _conversation(body.messages)
+    question, history, instructions = _conversation(body.messages)
     use_web = options.use_web or any(t.function.name == "web_search" for t in body.tools or [])
     services = services_of(request)
     if (use_web or mode == "research") and services.search_provider is None:
@@ -274,7 +291,7 @@ async def chat_completions(request: Request, body: ChatCompletionIn) -> Response
         turn = await start_turn(
             services, chat_id, question, use_web, user_id=user.user_id,
             temporary=options.temporary, wake_memory=request.app.state.memory_worker.wake,
-            mode=mode,
+            mode=mode, instructions=instructions or None,
         )  # fmt: skip
         job = await jobs_of(request).start(turn)
     except BaseException as error:

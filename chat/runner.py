@@ -92,6 +92,7 @@ async def start_turn(
     resume: uuid.UUID | None = None,
     mode: str = "chat",
     document_ids: Sequence[uuid.UUID] = (),
+    instructions: str | None = None,
 ) -> Turn:
     """Create/claim the chat (one of `user_id`'s) and save the user's message; raises ChatNotFound
     (also for another user's chat), ChatBusy or MessageNotFound. `temporary` makes a new chat one
@@ -103,7 +104,8 @@ async def start_turn(
     `resume`: continue this reply (stopped or failed, the chat's last): the turn's reply starts
     with its text and is saved in its place. `mode`: "chat", or "research" (a cited report from
     several searches, rag/research.py). `document_ids`: the user's documents sent with a new
-    message (or an edited one), read for it."""
+    message (or an edited one), read for it. `instructions`: how to answer, for this turn, in place
+    of the user's custom instructions (an OpenAI API client's system messages)."""
     pool = services.database.pool
     run_id = uuid.uuid4()
     new_chat = None
@@ -177,6 +179,9 @@ async def start_turn(
         sent_documents=list(message.get("document_ids") or []),
         time_zone=preferences["time_zone"],
         tools_off=frozenset(preferences["disabled_tools"]),
+        custom_instructions=(
+            preferences["custom_instructions"] if instructions is None else instructions
+        ),
         wake_memory=wake_memory or (lambda: None),
     )
     use_web = _searches_web(use_web, claimed["preferences"])

@@ -55,6 +55,8 @@ class TurnContext:
     # and the tools they switched off (never offered, never run).
     time_zone: str | None = None
     tools_off: frozenset[str] = frozenset()
+    # How the user wants to be answered (Settings; or an OpenAI API request's system messages).
+    custom_instructions: str = ""
     # The deployments that answered this turn's model calls, in order (the last wrote the reply),
     # and plain sentences shown with the reply (a fallback answered, web search off or failed).
     answered: list[Answered] = field(default_factory=list)

@@ -1,7 +1,8 @@
 """Each user's preferences set in the UI, kept in Postgres so every server process sees the same:
-whether memory is paused, the theme, whether "Use web tool" starts ticked, the tools switched off
-and the browser's time zone (for the current_datetime tool). Values are checked by the API
-(chat/memory_routes.py `SettingsEdit`); a stored value of the wrong type reads as the default."""
+whether memory is paused, the theme, whether "Use web tool" starts ticked, the tools switched off,
+the browser's time zone (for the current_datetime tool) and the user's custom instructions.
+Values are checked by the API (chat/memory_routes.py `SettingsEdit`); a stored value of the wrong
+type reads as the default."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ DEFAULTS: dict[str, Any] = {
     "use_web_default": False,  # "Use web tool" ticked in a new chat's composer
     "disabled_tools": [],  # names of chat/tools.py TOOLS never offered to the model
     "time_zone": None,  # an IANA name the browser reported, e.g. "Europe/Lisbon"
+    # How the user wants to be answered, in their words (ChatGPT's custom instructions): given
+    # to the chat model with every message.
+    "custom_instructions": "",
 }
+MAX_INSTRUCTIONS_CHARS = 1500
 
 
 async def get_preferences(db: Db, user_id: uuid.UUID) -> dict[str, Any]:

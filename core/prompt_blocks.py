@@ -57,7 +57,7 @@ from functools import cache
 # Every tag our prompts wrap text in (core/prompts.py). `block()` builds only these.
 BLOCK_NAMES = (
     # the chat prompt
-    "instructions", "conversation_summary", "memories", "note", "documents",
+    "instructions", "user_instructions", "conversation_summary", "memories", "note", "documents",
     # web search: the evidence check and the web answer
     "sources", "source", "question", "context",
     # research mode: the coverage check

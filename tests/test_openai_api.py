@@ -135,13 +135,17 @@ async def test_a_completion_is_a_new_chat_seeded_with_the_earlier_messages(
         ("assistant", "Tram 28 goes through Alfama."),
     ]
     assert extension(completion)["message_id"] == saved[-1]["message_id"]
-    # The model saw ResolveAI's instructions and the earlier messages; not the client's system.
+    # The model saw ResolveAI's instructions, then the client's system message as the user's own
+    # instructions (as Settings' custom instructions are, in their block), and the earlier
+    # messages.
     seen = model.calls[0]["messages"]
+    assert seen[0]["role"] == "system" and seen[0]["content"].startswith("<instructions>")
+    assert "<user_instructions>\nYou are a pirate.\n</user_instructions>" in seen[0]["content"]
     assert [m["content"] for m in seen[1:3]] == [
         "I am planning a trip to Lisbon.",
         "Lovely! What would you like to see?",
     ]
-    assert "pirate" not in json.dumps(seen)
+    assert "pirate" not in json.dumps(seen[1:])
     chat = next(c for c in (await client.get("/api/chats")).json() if c["chat_id"] == chat_id)
     assert chat["title"] == "I am planning a trip to Lisbon." and chat["temporary"] is False
     # Only the new message goes to memory extraction: the earlier ones were, when they were new.
@@ -301,6 +305,15 @@ async def test_errors_are_in_openai_shape_with_their_statuses(
             extra_headers={CHAT_HEADER: "not-an-id"},
         )  # fmt: skip
     assert malformed.value.param == CHAT_HEADER
+    with pytest.raises(openai.BadRequestError) as too_long:
+        await sdk.chat.completions.create(
+            model="resolveai",
+            messages=[
+                {"role": "system", "content": "x" * 8001},
+                {"role": "user", "content": "hi"},
+            ],
+        )
+    assert too_long.value.code == "instructions_too_long" and too_long.value.param == "messages"
     assert model.calls == []  # none of those reached the model
 
     # The shape itself, and the other errors of /v1 (a wrong method, a body not JSON).

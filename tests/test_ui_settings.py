@@ -146,6 +146,39 @@ async def test_a_tool_switched_off_stays_off_after_a_reload(
     check_clean(page_ui)
 
 
+async def test_custom_instructions_are_saved_and_kept(
+    browser: Browser,  # noqa: F811
+    no_keys_url: str,
+) -> None:
+    page_ui, context = await new_ui(browser, no_keys_url)
+    try:
+        page = await open_settings(page_ui)
+        box = page.get_by_role("textbox", name="Custom instructions")
+        save = page.locator("#settings-instructions-save")
+        await expect(box).to_have_value("")
+        await expect(save).to_be_disabled()  # nothing changed yet
+        await expect(box).to_have_attribute("maxlength", "1500")
+        said = "Answer in British English.\nKeep answers short."
+        await box.fill(said)
+        await expect(page.locator("#settings-instructions-count")).to_have_text("46 / 1,500")
+        await page_ui.shot("desktop-light-settings-instructions")
+        await save.click()
+        await expect(page.locator("#live-status")).to_have_text("Custom instructions saved")
+        await expect(save).to_be_disabled()
+        assert (await settings_of(no_keys_url))["custom_instructions"] == said
+
+        await page.reload()
+        await expect(page.locator("#settings-system")).to_have_attribute("aria-busy", "false")
+        await expect(box).to_have_value(said)
+        await box.fill("")
+        await save.click()
+        await expect(page.locator("#live-status")).to_have_text("Custom instructions removed")
+        assert (await settings_of(no_keys_url))["custom_instructions"] == ""
+    finally:
+        await context.close()
+    check_clean(page_ui)
+
+
 async def test_the_theme_applies_at_once_and_before_the_page_is_drawn(
     browser: Browser,  # noqa: F811
     no_keys_url: str,

@@ -1,6 +1,7 @@
 // The Settings page (#/settings). Yours to change, each saved at once as a preference on the
 // server (PATCH /api/settings): the theme, memory on or off (the same switch as the Memory page's
-// pause), whether "Use web tool" starts ticked, and which tools the assistant may use. Read-only,
+// pause), whether "Use web tool" starts ticked, custom instructions (saved with their button), and
+// which tools the assistant may use. Read-only,
 // what this server runs on (GET /api/settings/system): the model of each role (and whether it is
 // the local fallback), the database, the embedder, web search and tracing.
 //
@@ -40,6 +41,9 @@ export function createSettingsPage({ onMemoryPausedChange, onUseWebDefault }) {
   const themes = document.getElementById("settings-theme");
   const memory = document.getElementById("settings-memory");
   const useWeb = document.getElementById("settings-use-web");
+  const instructions = document.getElementById("settings-instructions");
+  const instructionsCount = document.getElementById("settings-instructions-count");
+  const instructionsSave = document.getElementById("settings-instructions-save");
   const toolList = document.getElementById("settings-tools");
   const toolsNote = document.getElementById("settings-tools-note");
   const system = document.getElementById("settings-system");
@@ -72,6 +76,8 @@ export function createSettingsPage({ onMemoryPausedChange, onUseWebDefault }) {
     memory.checked = !settings.memory_paused;
     useWeb.checked = Boolean(settings.use_web_default);
     useWeb.disabled = !info.web_search.available;
+    instructions.value = settings.custom_instructions || "";
+    syncInstructions();
     renderTools(settings, info);
     renderSystem(info);
   }
@@ -130,6 +136,12 @@ export function createSettingsPage({ onMemoryPausedChange, onUseWebDefault }) {
     }
   }
 
+  function syncInstructions() {
+    const limit = Number(instructions.maxLength);
+    instructionsCount.textContent = `${instructions.value.length.toLocaleString("en")} / ${limit.toLocaleString("en")}`;
+    instructionsSave.disabled = !state.settings || instructions.value === (state.settings.custom_instructions || "");
+  }
+
   function saveTools() {
     const off = [...toolList.querySelectorAll("input[data-tool]")].filter((input) => !input.checked).map((input) => input.dataset.tool);
     return save({ disabled_tools: off }, "Tools saved");
@@ -144,6 +156,13 @@ export function createSettingsPage({ onMemoryPausedChange, onUseWebDefault }) {
   memory.addEventListener("change", async () => {
     const saved = await save({ memory_paused: !memory.checked }, memory.checked ? "Memory is on" : "Memory paused");
     if (saved) onMemoryPausedChange(saved.memory_paused);
+  });
+  instructions.addEventListener("input", syncInstructions);
+  instructionsSave.addEventListener("click", async () => {
+    instructionsSave.disabled = true;
+    const text = instructions.value;
+    await save({ custom_instructions: text }, text.trim() ? "Custom instructions saved" : "Custom instructions removed");
+    syncInstructions();
   });
   useWeb.addEventListener("change", async () => {
     const saved = await save({ use_web_default: useWeb.checked }, "Saved");
