@@ -4,9 +4,10 @@ After a reply is saved, its user message is queued here (`enqueue`, in the same 
 reply, so a crash cannot lose it). Any server process takes the oldest job with `claim`: a row
 lock with SKIP LOCKED picks it, and a lease (`claimed_until`) keeps other processes off it while
 the extraction runs; a process that dies mid-job only delays it until the lease runs out. `finish`
-deletes the job (and says whether another waits); `fail` records the error and frees it for a
-retry, up to `MAX_ATTEMPTS`. Until then, recall gives the user's own words from the queue
-(`queued_messages`): what they said is known at once, the memory made from it later.
+deletes the job (and says whether another waits); `fail` records the error and leaves it for a
+retry after a wait that doubles each time (`RETRY_SECONDS`), up to `MAX_ATTEMPTS`. Until then,
+recall gives the user's own words from the queue (`queued_messages`): what they said is known at
+once, the memory made from it later.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from datetime import datetime
 from core.statements import Db, execute, fetch_all, fetch_one
 
 LEASE_SECONDS = 300  # longer than the slowest extraction call (the local model on a busy CPU)
-MAX_ATTEMPTS = 3
+# A failed extraction waits 30 s, then 60, 120 and 240 s: the local model refuses calls while it
+# is busy with replies (a keyless trial: one extraction refused three times within a second, when
+# a retry came at once, and dropped), and a hosted one may be down for a minute or two.
+RETRY_SECONDS = 30
+MAX_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -88,15 +93,16 @@ async def finish(db: Db, message_id: uuid.UUID) -> bool:
 
 
 async def fail(db: Db, job: MemoryJob, error: str) -> bool:
-    """Record the failure; frees the job for a retry, or drops it after `MAX_ATTEMPTS`.
-    Returns whether it will be retried."""
+    """Record the failure; the job is claimed again after its wait, or dropped after
+    `MAX_ATTEMPTS`. Returns whether it will be retried."""
     if job.attempts >= MAX_ATTEMPTS:
         await finish(db, job.message_id)
         return False
     await execute(
         db,
-        "UPDATE memory_jobs SET claimed_until = NULL, last_error = %s WHERE message_id = %s",
-        (error[:1000], job.message_id),
+        "UPDATE memory_jobs SET claimed_until = now() + make_interval(secs => %s), last_error = %s"
+        " WHERE message_id = %s",
+        (RETRY_SECONDS * 2 ** (job.attempts - 1), error[:1000], job.message_id),
     )
     return True
 

@@ -733,6 +733,17 @@ async def test_a_failed_extraction_is_retried_and_nothing_is_half_written(
     pool = chat_services.database.pool
     assert await memory_jobs.pending(pool) == 1
     await MemoryWorker(chat_services).run_pending()
+    # Failed once, it waits before its retry: a keyless trial's local model, busy with replies,
+    # refused one extraction three times within a second, and it was dropped.
+    assert len(model.own_calls["memory"]) == 1
+    async with pool.connection() as conn:
+        row = await (await conn.execute("SELECT claimed_until - now() FROM memory_jobs")).fetchone()
+    assert timedelta(seconds=25) < row[0] <= timedelta(seconds=memory_jobs.RETRY_SECONDS)
+    await MemoryWorker(chat_services).run_pending()  # not due yet: nothing runs
+    assert len(model.own_calls["memory"]) == 1
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE memory_jobs SET claimed_until = now() - interval '1 second'")
+    await MemoryWorker(chat_services).run_pending()
     await extractions_done(chat_services)
     assert len(model.own_calls["memory"]) == 2
     async with pool.connection() as conn:
