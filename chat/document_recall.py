@@ -56,8 +56,8 @@ async def recall_documents(
 ) -> tuple[list[dict[str, Any]], list[tuple[int, str, list[str]]]]:
     """The passages read or found: (their sources, for the browser and the saved reply; the
     numbered blocks the model reads, as core/prompts.py's `source_blocks` takes them)."""
-    if not turn.has_documents or not text.strip():
-        return [], []
+    if not (turn.has_documents or turn.sent_documents) or not text.strip():
+        return [], []  # (a file sent still being read is not counted as one to search)
     read = await _read_sent(turn) if turn.sent_documents else []
     found = await _search(turn, text)
     seen = {chunk.chunk_id for chunk in read}

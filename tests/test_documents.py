@@ -166,6 +166,13 @@ async def test_a_file_sent_with_a_message_is_read_for_it(
         again = [e async for e in read_events(response)]
     assert f"Reading {tag}-guide.pdf (4 pages)" in [e.get("text") for e in again]
     assert "lists the bakeries" in model.calls[-1]["messages"][-1]["content"]
+    # Edited, the question keeps its file.
+    model.push({"text": "A guide."})
+    url = f"/api/chats/{chat_id}/messages/{question['message_id']}"
+    async with client.stream("PATCH", url, json={"content": "Summarize this briefly."}) as edited:
+        assert edited.status_code == 200
+        again = [e async for e in read_events(edited)]
+    assert f"Reading {tag}-guide.pdf (4 pages)" in [e.get("text") for e in again]
 
     # A file longer than what is read for a message: its start, and a note saying so.
     monkeypatch.setattr(document_recall, "SENT_CHARS", 1200)
