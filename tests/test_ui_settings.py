@@ -10,6 +10,7 @@ Same harness as test_ui.py (Debian's Chromium, the real server and database, the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import AsyncIterator
@@ -66,6 +67,17 @@ async def settings_of(url: str) -> dict:
         return (await client.get("/api/settings")).json()
 
 
+@contextlib.asynccontextmanager
+async def settings_page(browser: Browser, url: str) -> AsyncIterator[tuple[UI, Page]]:  # noqa: F811
+    """A new browser page on the Settings page; checked clean (no console error) when done."""
+    page_ui, context = await new_ui(browser, url)
+    try:
+        yield page_ui, await open_settings(page_ui)
+    finally:
+        await context.close()
+    check_clean(page_ui)
+
+
 async def open_settings(page_ui: UI) -> Page:
     page = page_ui.page
     await page_ui.open()
@@ -88,9 +100,7 @@ async def test_the_settings_page_shows_the_local_fallback_when_no_key_is_set(
     browser: Browser,  # noqa: F811
     no_keys_url: str,
 ) -> None:
-    page_ui, context = await new_ui(browser, no_keys_url)
-    try:
-        page = await open_settings(page_ui)
+    async with settings_page(browser, no_keys_url) as (_, page):
         for role in ("chat", "utility", "memory"):
             row = page.locator(f'#settings-system dd[data-role="{role}"]')
             await expect(row).to_contain_text("Local model")
@@ -114,18 +124,13 @@ async def test_the_settings_page_shows_the_local_fallback_when_no_key_is_set(
         await expect(data.get_by_role("heading", name="Your data")).to_be_visible()
         await expect(data.get_by_role("button", name="Export all data")).to_be_visible()
         await expect(data.get_by_role("button", name="Import chats…")).to_be_visible()
-    finally:
-        await context.close()
-    check_clean(page_ui)
 
 
 async def test_a_tool_switched_off_stays_off_after_a_reload(
     browser: Browser,  # noqa: F811
     no_keys_url: str,
 ) -> None:
-    page_ui, context = await new_ui(browser, no_keys_url)
-    try:
-        page = await open_settings(page_ui)
+    async with settings_page(browser, no_keys_url) as (_, page):
         await expect(tool_switch(page, "calculator")).to_be_checked()
         await page.locator('.settings-tool[data-tool="calculator"] .switch').click()
         await expect(tool_switch(page, "calculator")).not_to_be_checked()
@@ -141,18 +146,13 @@ async def test_a_tool_switched_off_stays_off_after_a_reload(
         await expect(tool_switch(page, "calculator")).to_be_checked()
         await expect(page.locator("#live-status")).to_have_text("Tools saved")
         assert (await settings_of(no_keys_url))["disabled_tools"] == []
-    finally:
-        await context.close()
-    check_clean(page_ui)
 
 
 async def test_custom_instructions_are_saved_and_kept(
     browser: Browser,  # noqa: F811
     no_keys_url: str,
 ) -> None:
-    page_ui, context = await new_ui(browser, no_keys_url)
-    try:
-        page = await open_settings(page_ui)
+    async with settings_page(browser, no_keys_url) as (page_ui, page):
         box = page.get_by_role("textbox", name="Custom instructions")
         save = page.locator("#settings-instructions-save")
         await expect(box).to_have_value("")
@@ -174,9 +174,6 @@ async def test_custom_instructions_are_saved_and_kept(
         await save.click()
         await expect(page.locator("#live-status")).to_have_text("Custom instructions removed")
         assert (await settings_of(no_keys_url))["custom_instructions"] == ""
-    finally:
-        await context.close()
-    check_clean(page_ui)
 
 
 async def test_the_theme_applies_at_once_and_before_the_page_is_drawn(
