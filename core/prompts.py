@@ -17,9 +17,13 @@ LINKS_UNREAD_NOTE = (
     "The links in this message were not opened (reading links is off on this server): do not "
     "guess what the pages say; if the answer needs them, say they could not be opened."
 )
+# Not "the user's own files": told so, the local model wrote "The passage from the user's file
+# titled …" to the user themselves, in 3 of 6 replies about a PDF sent with the message; 0 of 6
+# this way (2026-12-06, three questions about crazyones-pdfa.pdf, two seeds each).
 DOCUMENTS_NOTE = (
-    "The <documents> block holds passages of the user's own files that may answer this. Use them "
-    "where they do, citing each passage you use as [n] after the sentence; ignore them otherwise."
+    "The <documents> block holds passages of the files of the person you are talking to that may "
+    "answer this. Use them where they do, citing each passage you use as [n] after the sentence; "
+    'ignore them otherwise. Speak of a file as "your file" or by its name.'
 )
 
 CHAT_INSTRUCTIONS = """\

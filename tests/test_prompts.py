@@ -48,3 +48,12 @@ def test_the_local_models_instructions_name_no_tag_it_could_echo() -> None:
     instructions = chat_instructions(datetime(2026, 12, 6, 9, tzinfo=UTC), None, "recall")
     assert "<memories>" not in instructions and "memories" in instructions
     assert user_turn("Where do I work?", False, ["The user is a vet."]).startswith("<memories>\n")
+
+
+def test_the_documents_note_speaks_of_the_files_as_the_readers_own() -> None:
+    """Told of "the user's own files", the local model wrote "The passage from the user's file
+    titled …" to the user themselves (3 of 6 replies about a sent PDF); told to speak of "your
+    file", 0 of 6 (bench figures in the stop note)."""
+    note = user_turn("Summarize this.", False, None, [(1, "notes.pdf, page 1", ["Otters."])])
+    note = note.split("<note>", 1)[1]
+    assert "user" not in note and '"your file"' in note
