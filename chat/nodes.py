@@ -89,8 +89,13 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     # A user's few memories are given with every message. In a chat under way they go with the
     # instructions: right before a follow-up ("Tell me more about the second one."), the local
     # model read them as what it referred to (5 of 6 follow-ups; 0 of 6 from the instructions).
-    profile = recalled.memories if recalled.all_of_them and earlier else []
-    with_message = recalled.for_this_message() if profile else recalled.lines()
+    # With files sent, all that was recalled goes there: "Summarize this." was read as about the
+    # line right before it (what the user had said in another chat) in 2 of 12 replies, 0 of 12.
+    if turn.sent_documents:
+        profile, with_message = recalled.lines(), []
+    else:
+        profile = recalled.memories if recalled.all_of_them and earlier else []
+        with_message = recalled.for_this_message() if profile else recalled.lines()
     system = chat_instructions(
         datetime.now(UTC), summary, memory=turn.memory, memories=profile,
         custom=turn.custom_instructions,

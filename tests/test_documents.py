@@ -27,9 +27,11 @@ from core.services import Services
 from evals.pdf_pages import pdf_with_pages, wrap
 from rag import document_search
 from tests.chat_client import password_services, read_events, send, serve
+from tests.conftest import extractions_done, forget_memories
 from tests.scripted_model import ScriptedProvider
 from tests.test_accounts import new_user, sign_in
 from tests.test_db import open_pool
+from tests.test_grounded_memory import ops
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "docs" / "pdf-samples"
 READY_WITHIN = 120  # seconds: converting and embedding a small file on a busy 2-core machine
@@ -203,6 +205,31 @@ async def test_a_file_sent_with_a_message_is_read_for_it(
     assert len((await client.get(f"/api/chats/{chat_id}/messages")).json()) == before
     for document_id in (ids[0], failed_id):
         await client.delete(f"/api/documents/{document_id}")
+
+
+async def test_with_a_sent_file_the_users_memories_go_with_the_instructions(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services
+) -> None:
+    """A keyless trial: a user who had just said "I'm Dana. I live in Lisbon and I'm allergic to
+    peanuts." sent a PDF with "Summarize this.", and the local model summed up that line, given
+    right before the message, with a [1]. Replayed on the local model, 2 of 12 replies were about
+    it that way, 0 of 12 with it in the system message (the stop note has the runs)."""
+    await forget_memories(chat_services)
+    model.push({"text": "Noted."})
+    lives = {"op": "add", "fact": "The user lives in Lisbon.", "sentences": [1]}
+    model.push_for("memory", ops(lives))
+    await send(client, "I live in Lisbon.")
+    await extractions_done(chat_services)
+    tag = uuid.uuid4().hex[:8]
+    sent = await upload(client, f"{tag}-guide.pdf", unique_pdf(tag))
+    document = await processed(client, sent.json()["document_id"])
+    model.push({"text": "A festival guide."})
+    await send(client, "Summarize this.", document_ids=[document["document_id"]])
+    system, question = model.calls[-1]["messages"][0], model.calls[-1]["messages"][-1]
+    assert "The user lives in Lisbon." in system["content"]
+    assert "Lisbon" not in question["content"] and "lantern parade" in question["content"]
+    await client.delete(f"/api/documents/{document['document_id']}")
+    await forget_memories(chat_services)
 
 
 async def test_the_same_file_twice_is_one_document_and_the_original_comes_back(
