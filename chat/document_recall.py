@@ -108,9 +108,9 @@ async def _read_sent(turn: TurnContext) -> list[FoundChunk]:
             )
         read += [_passage(row, chunk) for chunk in chunks]
     if len(rows) < len(ids):  # not ready, failed, or deleted since
-        unread = await document_store.get_documents(pool, ids, turn.user_id)
-        for document in unread:
-            if document["document_id"] not in {row["document_id"] for row in rows}:
+        read_ids = {row["document_id"] for row in rows}
+        for document in await document_store.get_documents(pool, ids, turn.user_id):
+            if document["document_id"] not in read_ids:
                 turn.add_note(_unread(document))
     return read
 

@@ -11,9 +11,9 @@ the reply saved in a chat. Which chat:
   not read again.
 - Otherwise the request is a new chat, shown in the chat list like any other: its earlier
   messages (user and assistant) are saved into it, in one transaction, before the last one is
-  answered. Memory is read and
-  the last message written to it (the earlier ones were, when they were last); `"resolveai":
-  {"temporary": true}` makes it a temporary chat (no memory read or written).
+  answered. Memory is read and the last message written to it (the earlier ones were, when they
+  were last); `"resolveai": {"temporary": true}` makes it a temporary chat (no memory read or
+  written).
 
 System (and developer) messages are the client's instructions for how to answer (Open WebUI's
 system prompt): for that answer they take the place of the custom instructions of the user's

@@ -87,10 +87,9 @@ def sentence_span(message: str, numbers: list[int]) -> str | None:
     sentences = split_sentences(message)
     if not numbers or any(not 1 <= n <= len(sentences) for n in numbers):
         return None
-    first, last = sentences[min(numbers) - 1], sentences[max(numbers) - 1]
-    start = _locate(message, sentences, min(numbers) - 1)
-    end = _locate(message, sentences, max(numbers) - 1) + len(last)
-    return message[start:end] if message[start:].startswith(first) else None
+    starts = _starts(message, sentences)
+    first, last = min(numbers) - 1, max(numbers) - 1
+    return message[starts[first] : starts[last] + len(sentences[last])]
 
 
 def sentences_of(span: str, message: str) -> list[str]:
@@ -99,23 +98,22 @@ def sentences_of(span: str, message: str) -> list[str]:
     if not span or start < 0:
         return []
     sentences = split_sentences(message)
-    found = []
-    for index, sentence in enumerate(sentences):
-        where = _locate(message, sentences, index)
-        if where < start + len(span) and start < where + len(sentence):
-            found.append(sentence)
-    return found
+    return [
+        sentence
+        for sentence, where in zip(sentences, _starts(message, sentences), strict=True)
+        if where < start + len(span) and start < where + len(sentence)
+    ]
 
 
-def _locate(message: str, sentences: list[str], index: int) -> int:
-    """Where sentence `index` starts in `message` (sentences may repeat, so search in order)."""
-    position = 0
-    for i, sentence in enumerate(sentences):
+def _starts(message: str, sentences: list[str]) -> list[int]:
+    """Where each sentence starts in `message`, found in one pass in order (sentences may
+    repeat)."""
+    starts, position = [], 0
+    for sentence in sentences:
         position = message.index(sentence, position)
-        if i == index:
-            return position
+        starts.append(position)
         position += len(sentence)
-    raise IndexError(index)
+    return starts
 
 
 # Words that say nothing about which fact a sentence states ("named": a fact's "a dog named Rex"

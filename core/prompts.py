@@ -89,17 +89,18 @@ def chat_instructions(
     # To the hour, not the minute: the instructions open every prompt, so a time that changed
     # every minute would void the local model's prompt cache (seconds of prompt reading per turn).
     hour = now.replace(minute=0, second=0, microsecond=0)
+    custom = custom.strip()
     instructions = CHAT_INSTRUCTIONS.format(
         now=hour,
         next_hour=hour + timedelta(hours=1),
         memory_rule=MEMORY_RULES[memory],
         # Only with a summary: a small model told of a summary it does not have talks about it.
         summary_rule=SUMMARY_RULE if summary else "",
-        custom_rule=CUSTOM_RULE if custom.strip() else "",
+        custom_rule=CUSTOM_RULE if custom else "",
     )
     parts = [block("instructions", instructions, trusted=True)]
-    if custom.strip():  # the user's words: kept inside their block like any text we did not write
-        parts.append(block("user_instructions", custom.strip()))
+    if custom:  # the user's words: kept inside their block like any text we did not write
+        parts.append(block("user_instructions", custom))
     if memories:
         parts.append(memories_block(memories))
     if summary:  # written by a model from the chat, web answers included: untrusted

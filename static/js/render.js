@@ -23,7 +23,8 @@ export function isSafeUrl(url) {
 // the text it is; `typesetMath` turns it into MathML after sanitizing.
 const DISPLAY_MATH = /^(?:\$\$([^]+?)\$\$|\\\[([^]+?)\\\])/;
 const INLINE_MATH = /^(?:\\\(([^]+?)\\\)|\$(?![\s$])((?:\\.|[^\\$\n])+?)(?<!\s)\$(?!\d))/;
-const MATH_LINE = /^ {0,3}(?:\$\$([^]+?)\$\$|\\\[([^]+?)\\\])[ \t]*(?:\n+|$)/;
+// Display math alone on its line, up to 3 spaces in and any blank lines after it.
+const MATH_LINE = new RegExp(`^ {0,3}${DISPLAY_MATH.source.slice(1)}[ \\t]*(?:\\n+|$)`);
 
 const mathPlaceholder = ({ raw, tex, display }) =>
   `<span class="math-tex" data-display="${display ? "block" : "inline"}" data-tex="${escapeHtml(tex.trim())}">${escapeHtml(raw.trim())}</span>`;
