@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import os
 import secrets
 import time
@@ -25,6 +26,11 @@ from pathlib import Path
 from typing import IO
 
 POLL_SECONDS = 0.2
+# A wait is told (a step on screen) only once it has lasted this long: background work being
+# served gives way within ~0.2-0.4 s, and every keyless reply after the first found the last
+# one's memory extraction running, so each showed "Waiting for the local model (1 ahead)" for
+# a wait nobody would notice.
+SHOW_WAIT_AFTER = 1.0
 # Tickets' name prefixes: watched requests' names sort before all background work's.
 _WATCHED, _BACKGROUND = "0", "1"
 
@@ -43,7 +49,8 @@ class ModelQueue:
     async def turn(
         self, waiting: Callable[[int], None], watched: bool = True
     ) -> AsyncIterator[None]:
-        """Wait for this request's turn; `waiting(n)` is told how many are ahead when it changes.
+        """Wait for this request's turn; `waiting(n)` is told how many are ahead when it changes,
+        once the wait has lasted SHOW_WAIT_AFTER.
         `watched`: someone waits on screen for it (it goes before background work).
 
         Raises QueueFull at once when more than `bound` requests are ahead already.
@@ -51,19 +58,19 @@ class ModelQueue:
         self.tickets.mkdir(parents=True, exist_ok=True)
         ticket, ticket_file = self._take_ticket(watched)
         serving = self.serving_lock.open("a")
-        told = -1
+        told, show_at = -1, time.monotonic() + SHOW_WAIT_AFTER
         try:
-            while True:
+            for polls in itertools.count():
                 ahead = self._waiting_before(ticket.name)
                 if ahead == 0 and _try_lock(serving):
                     break
                 ahead += 1  # the request being served
-                if told == -1 and ahead > self.bound:
+                if polls == 0 and ahead > self.bound:
                     raise QueueFull(
                         f"The local model is busy with {ahead} requests already; "
                         "try again in a minute"
                     )
-                if ahead != told:
+                if ahead != told and time.monotonic() >= show_at:
                     waiting(ahead)
                     told = ahead
                 await asyncio.sleep(POLL_SECONDS)
