@@ -26,6 +26,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.memory_extraction",
         "replay LoCoMo turns as user messages, then extraction: grounding, coverage, latency",
     ),
+    "memory-statements": (
+        "evals.memory_statements",
+        "one-sentence statements about the user, and requests: what extraction keeps from each",
+    ),
     "chat-replies": (
         "evals.chat_replies",
         "first-person statements as a new chat's first message: refusals, markup, time",

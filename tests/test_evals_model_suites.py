@@ -39,6 +39,7 @@ from evals import (
     documents_answers,
     evidence_check,
     memory_extraction,
+    memory_statements,
     report,
     web_answers,
 )
@@ -764,3 +765,61 @@ def test_reply_grading_patterns() -> None:
     assert chat_replies.shows_markup('<tool_call>{"name": "web_search"}</tool_call>')
     assert chat_replies.shows_markup("<memories>\n- The user lives in Porto\n</memories>")
     assert not chat_replies.shows_markup("Use `a < b` to compare.")
+
+
+# --- memory-statements -----------------------------------------------------------------------
+
+
+async def test_memory_statements_counts_what_the_store_kept_from_the_command_line(
+    extraction_services: Services,
+    model: ScriptedProvider,
+    dana_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_on(monkeypatch, memory_statements, extraction_services, tmp_path)
+    befores: dict[str, str | None] = {}
+    known: set[str] = set()
+
+    def memory(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        message = user_message_of(messages)
+        known.add(messages[-1]["content"].split("<known_facts>\n")[1].split("\n</known")[0])
+        said = messages[-1]["content"].split("<assistant_said_before>\n")
+        befores[message] = said[1].split("\n</assistant_said_before>")[0] if len(said) > 1 else None
+        if "don't eat meat" in message:
+            ops = [{"op": "add", "fact": "The user does not eat meat.", "sentences": [1]}]
+        elif "so I can't run" in message:  # a fact, and one the message does not state
+            ops = [
+                {"op": "add", "fact": "The user has a bad knee.", "sentences": [1]},
+                {"op": "add", "fact": "The user is a runner.", "sentences": [1]},
+            ]
+        elif "Paris" in message:  # a fact about the world: refused by the store
+            ops = [{"op": "add", "fact": "Paris is the capital of France.", "sentences": [1]}]
+        elif "cello" in message:
+            ops = [{"op": "add", "fact": "The user is learning the cello.", "sentences": [1]}]
+        else:
+            ops = []
+        return {"text": json.dumps({"operations": ops})}
+
+    model.push_for("memory", *[memory] * 100)
+    monkeypatch.setattr(sys, "argv", ["evals", "memory-statements", "--data", str(dana_file)])
+    assert await evals_main() == 0
+
+    results = json.loads((tmp_path / "results" / "memory-statements.json").read_text())["results"]
+    statements, requests, locomo = results["by_group"].values()
+    every = len(memory_statements.STATEMENTS)
+    assert (statements["messages"], statements["with_a_memory"]) == (every, 2)
+    # "I have a bad knee so I can't run.": the knee kept, the runner refused (not stated there).
+    assert (statements["memories"], statements["refused"]) == (2, 1)
+    assert (requests["with_a_memory"], requests["memories"], requests["refused"]) == (0, 0, 1)
+    # Dana's five evidence turns (under the default limit), each alone; the cello one kept.
+    assert (locomo["messages"], locomo["with_a_memory"]) == (5, 1)
+    # Each message was read after the reply it answers, and with nothing remembered before it.
+    assert befores["[1] I don't eat meat, by the way."] == memory_statements.STATEMENTS[0][0]
+    assert befores["[1] I'm vegan, so no dairy please."] is None
+    assert known == {"(none yet)"}
+    markdown = (tmp_path / "RESULTS.md").read_text()
+    assert f"| statements about the user | {every} | 2/{every} (7%) | 2 | 1 |" in markdown
+    assert (
+        "| requests and questions | Paris is the capital of France, right? | (none) |" in markdown
+    )
