@@ -169,11 +169,16 @@ precise, use "update" with its number.
 - No fact in the message: {{"operations": []}}."""
 
 # Worked examples, shown as earlier turns: a 1.5B model follows them far better than rules alone
-# (without them it saved one fact of three, and a fact about bicycle gears). They never change, so
-# the local model's prompt cache keeps them.
+# (without them it saved one fact of three, and a fact about bicycle gears). Each is (known facts,
+# the assistant's reply before, the message, the answer). The one-sentence "can't" and "hate"
+# examples, one after a reply: without them it kept nothing from "I don't have a car." or "I get
+# seasick easily." (`python -m evals memory-statements`: 10 of 28 such statements kept, 21 with
+# them, none of 12 requests either way). They never change, so the local model's prompt cache
+# keeps them.
 MEMORY_EXTRACTION_EXAMPLES = [
     (
         "(none yet)",
+        None,
         "[1] Hey there!\n[2] I'm Sam and I work as a nurse.\n[3] I live in Leeds with my two"
         " cats.\n[4] Can you suggest a podcast?",
         {"operations": [
@@ -183,9 +188,22 @@ MEMORY_EXTRACTION_EXAMPLES = [
             {"op": "add", "fact": "The user has two cats.", "sentences": [3]},
         ]},
     ),
-    ("M1: The user's name is Sam.", "[1] How do I boil an egg?", {"operations": []}),
+    (
+        "M1: The user's name is Sam.",
+        "Here's an easy weeknight recipe: pork ramen with a soft-boiled egg.",
+        "[1] Oh, I can't eat pork, by the way.",
+        {"operations": [{"op": "add", "fact": "The user can't eat pork.", "sentences": [1]}]},
+    ),
+    ("M1: The user's name is Sam.", None, "[1] How do I boil an egg?", {"operations": []}),
+    (
+        "M1: The user's name is Sam.",
+        None,
+        "[1] Honestly, I hate long meetings.",
+        {"operations": [{"op": "add", "fact": "The user hates long meetings.", "sentences": [1]}]},
+    ),
     (
         "M1: The user lives in Leeds.\nM2: The user works as a nurse.",
+        None,
         "[1] Big news: I moved to York last week!",
         {"operations": [
             {"op": "supersede", "fact": "The user lives in York.", "sentences": [1],
@@ -228,8 +246,8 @@ def memory_extraction_request(
     message as numbered sentences after the assistant's reply before it (context only, cut short)
     and the closest known facts."""
     messages = [{"role": "system", "content": MEMORY_EXTRACTION_INSTRUCTIONS.format(today=today)}]
-    for facts, message, answer in MEMORY_EXTRACTION_EXAMPLES:
-        messages.append({"role": "user", "content": _extraction_input(facts, None, message)})
+    for facts, reply, message, answer in MEMORY_EXTRACTION_EXAMPLES:
+        messages.append({"role": "user", "content": _extraction_input(facts, reply, message)})
         messages.append({"role": "assistant", "content": json.dumps(answer)})
     facts = "\n".join(f"M{n}: {fact}" for n, fact in enumerate(known, 1))
     before = previous_reply[:600] if previous_reply else None
