@@ -918,6 +918,8 @@ async def test_real_model_serves_one_request_at_a_time_and_background_work_gives
     background work (nobody watching, answer wanted whole): it gives way to the second, someone's
     reply, and answers after it. (Who is ahead is told once a wait lasts: the queue's tests.)"""
     router, provider = local_router
+    assert provider.process is not None
+    await provider.process.endpoint()  # started, whichever test of the module runs first
     pid = model_pid(provider)
     steps: list[str] = []
     answered: list[str] = []
