@@ -170,11 +170,12 @@ precise, use "update" with its number.
 
 # Worked examples, shown as earlier turns: a 1.5B model follows them far better than rules alone
 # (without them it saved one fact of three, and a fact about bicycle gears). Each is (known facts,
-# the assistant's reply before, the message, the answer). The one-sentence "can't" and "hate"
-# examples, one after a reply: without them it kept nothing from "I don't have a car." or "I get
-# seasick easily." (`python -m evals memory-statements`: 10 of 28 such statements kept, 21 with
-# them, none of 12 requests either way). They never change, so the local model's prompt cache
-# keeps them.
+# the assistant's reply before, the message, the answer). The one-sentence "don't" and "hate"
+# examples, one after a reply: without them it kept nothing from "I don't drink alcohol." or "I
+# get seasick easily."; the question with an "I can" in it keeps their "can" from becoming facts
+# ("Could you help me plan a trip I can afford?" gave "The user can afford to plan a trip.").
+# `python -m evals memory-statements`: see evals/RESULTS.md. They never change, so the local
+# model's prompt cache keeps them.
 MEMORY_EXTRACTION_EXAMPLES = [
     (
         "(none yet)",
@@ -191,10 +192,15 @@ MEMORY_EXTRACTION_EXAMPLES = [
     (
         "M1: The user's name is Sam.",
         "Here's an easy weeknight recipe: pork ramen with a soft-boiled egg.",
-        "[1] Oh, I can't eat pork, by the way.",
-        {"operations": [{"op": "add", "fact": "The user can't eat pork.", "sentences": [1]}]},
+        "[1] Oh, I don't eat pork, by the way.",
+        {"operations": [{"op": "add", "fact": "The user doesn't eat pork.", "sentences": [1]}]},
     ),
-    ("M1: The user's name is Sam.", None, "[1] How do I boil an egg?", {"operations": []}),
+    (
+        "M1: The user's name is Sam.",
+        None,
+        "[1] Can you suggest a podcast I can listen to on the bus?",
+        {"operations": []},
+    ),
     (
         "M1: The user's name is Sam.",
         None,

@@ -13,7 +13,8 @@ messages from which at least one memory was saved (the store's checks passed), a
 - `STATEMENTS`: one-sentence statements about the user of the kinds a ChatGPT user makes (diet,
   dislikes, health, habits, what they can't do), half of them after a reply;
 - `REQUESTS`: questions and requests, some on the same subjects ("What are good exercises for bad
-  knees?"): a memory saved from one is a fact the user never stated;
+  knees?") or with the user in them ("Could you help me plan a trip I can afford?"): a memory
+  saved from one is a fact the user never stated;
 - LoCoMo evidence turns (../shared/evaldata/locomo/conversations.json, read in place): the first
   speaker's turns that a LoCoMo question cites, `--limit N` of them spread evenly (default 20),
   each alone (no reply before it), as real statements written by others.
@@ -83,6 +84,10 @@ REQUESTS: list[tuple[str | None, str]] = [
     (None, "What are good exercises for bad knees?"),
     (None, "Do cats like being brushed?"),
     ("Here's a plan for your week.", "Could you put it in a table?"),
+    (None, "Can you suggest a quick dinner I can cook after a night shift?"),
+    (None, "Could you help me plan a trip I can afford?"),
+    (None, "How do I tell my boss I need a day off?"),
+    (None, "Is it OK if I run every day?"),
 ]
 
 
