@@ -248,9 +248,9 @@ MEMORY_OPERATIONS_SCHEMA = {
 def memory_extraction_request(
     numbered_message: str, previous_reply: str | None, known: list[str], today: datetime
 ) -> list[dict[str, str]]:
-    """Messages for the extraction model: the instructions and worked examples, then the user's
-    message as numbered sentences after the assistant's reply before it (context only, cut short)
-    and the closest known facts."""
+    """Messages for the extraction model: the instructions and worked examples, then the closest
+    known facts, the user's message as numbered sentences and the assistant's reply before it
+    (context only, cut short)."""
     messages = [{"role": "system", "content": MEMORY_EXTRACTION_INSTRUCTIONS.format(today=today)}]
     for facts, reply, message, answer in MEMORY_EXTRACTION_EXAMPLES:
         messages.append({"role": "user", "content": _extraction_input(facts, reply, message)})
@@ -262,8 +262,11 @@ def memory_extraction_request(
 
 
 def _extraction_input(facts: str, before: str | None, message: str) -> str:
-    context = f"{block('assistant_said_before', before)}\n" if before else ""
-    return f"{block('known_facts', facts)}\n{context}{block('user_message', message)}"
+    # The reply comes after the message: put before it, it made the local model read the message
+    # as an answer to it, and keep nothing ("Oh, I don't drink alcohol, and I hate mushrooms."
+    # after a recipe): 6 of 17 statements after a reply kept, 14-15 with the reply after.
+    context = f"\n{block('assistant_said_before', before)}" if before else ""
+    return f"{block('known_facts', facts)}\n{block('user_message', message)}{context}"
 
 
 # --- web search ----------------------------------------------------------------------------------

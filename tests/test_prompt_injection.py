@@ -618,9 +618,11 @@ async def test_memory_injection_stays_in_its_block(
         assert tags(call["messages"][0]["content"]) == []
         for example in call["messages"][1:-1]:
             if example["role"] == "user":
-                assert tags(example["content"]) == [
-                    "<known_facts>", "</known_facts>", "<user_message>", "</user_message>",
-                ]  # fmt: skip
+                assert tags(example["content"]) in (
+                    ["<known_facts>", "</known_facts>", "<user_message>", "</user_message>"],
+                    ["<known_facts>", "</known_facts>", "<user_message>", "</user_message>",
+                     "<assistant_said_before>", "</assistant_said_before>"],
+                )  # fmt: skip
             else:
                 assert tags(example["content"]) == []
     first_input = extraction[0]["messages"][-1]["content"]
@@ -630,8 +632,8 @@ async def test_memory_injection_stays_in_its_block(
     assert inside(first_input, canary, "known_facts")
     second_input = extraction[1]["messages"][-1]["content"]
     assert tags(second_input) == [
-        "<known_facts>", "</known_facts>", "<assistant_said_before>", "</assistant_said_before>",
-        "<user_message>", "</user_message>",
+        "<known_facts>", "</known_facts>", "<user_message>", "</user_message>",
+        "<assistant_said_before>", "</assistant_said_before>",
     ], second_input  # fmt: skip
     assert inside(second_input, "Canary-reply", "assistant_said_before")
     assert inside(second_input, "Canary-user", "user_message")
