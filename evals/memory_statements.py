@@ -110,7 +110,9 @@ async def extract_one(services: Services, before: str | None, text: str) -> dict
     }
 
 
-async def evaluate(services: Services, groups: dict[str, list[tuple[str | None, str]]]) -> dict:
+async def evaluate(
+    services: Services, groups: dict[str, list[tuple[str | None, str]]]
+) -> dict[str, Any]:
     rows: dict[str, list[dict[str, Any]]] = {}
     for group, messages in groups.items():
         rows[group] = []
