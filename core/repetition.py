@@ -41,7 +41,16 @@ class _Repeats:
 
     def feed(self, text: str) -> int:
         """The most times a piece completed by `text` has now been written (0: none completed)."""
-        *complete, self.pending = self.breaks.split(self.pending + text)
+        # A break is spaces after a mark, so one `text` completes starts at the pending piece's
+        # last character at the earliest: only from there is the text searched again, so a long
+        # paragraph streamed in small pieces is not searched from its start for every piece.
+        keep = max(len(self.pending.rstrip()) - 1, 0)
+        head, tail = self.pending[:keep], self.pending[keep:]
+        *complete, self.pending = self.breaks.split(tail + text)
+        if not complete:
+            self.pending = head + self.pending
+            return 0
+        complete[0] = head + complete[0]
         most = 0
         for piece in complete:
             folded = " ".join(piece.split()).casefold()
