@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from core.number_words import TENS, UNITS
+
 # Typographic variants a model may write for the user's plain characters, and the reverse.
 _SAME_CHARACTER = str.maketrans(
     {
@@ -216,17 +218,6 @@ def best_supporting_sentence(message: str, fact: str) -> str | None:
     return sentence if shared * 2 >= len(wanted) else None
 
 
-# Numbers in words, for comparing a fact's numbers with its quote's ("three cats" / "3 cats").
-_UNITS = [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-    "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-]  # fmt: skip
-_TENS = {
-    word: 10 * n
-    for n, word in enumerate(
-        ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 2
-    )
-}
 _MONTH = (
     r"(?:january|february|march|april|may|june|july|august|september|october|november|december"
     r"|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?"
@@ -247,12 +238,12 @@ def stated_numbers(text: str) -> set[str]:
     for i, token in enumerate(tokens):
         if token[0].isdigit():
             found.add(token.replace(",", ""))
-        elif token in _TENS:
+        elif token in TENS:
             after = tokens[i + 1] if i + 1 < len(tokens) else ""
-            unit = _UNITS.index(after) if after in _UNITS[1:10] else 0
-            found.add(str(_TENS[token] + unit))
-        elif token in _UNITS and not (i and tokens[i - 1] in _TENS):
-            found.add(str(_UNITS.index(token)))
+            unit = UNITS.index(after) if after in UNITS[1:10] else 0
+            found.add(str(TENS[token] + unit))
+        elif token in UNITS and not (i and tokens[i - 1] in TENS):
+            found.add(str(UNITS.index(token)))
     return found
 
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta
 
-_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
-}  # fmt: skip
+from core.number_words import UNITS
+
+_NUMBERS = {"a": 1, "an": 1} | {word: n for n, word in enumerate(UNITS) if n}
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # A preposition the user put before the time ("since last year"): it stays, in place of ours.
 _PREPOSITIONS = "since|from|until|till|by|before|after|in|on|during|around"

@@ -29,6 +29,8 @@ SAID = datetime(2026, 12, 5, 19, 30, tzinfo=UTC)  # a Saturday
         ("The user quit smoking two years ago.", "The user quit smoking in 2024."),
         ("The user moved 3 months ago.", "The user moved in September 2026."),
         ("The user broke a leg 10 days ago.", "The user broke a leg on 25 November 2026."),
+        ("The user started a course fifteen days ago.",
+         "The user started a course on 20 November 2026."),
         ("The user ran a marathon last Sunday.", "The user ran a marathon on 29 November 2026."),
         ("The user visited Rome last week.", "The user visited Rome in the week of 23 November"
          " 2026."),
