@@ -169,6 +169,12 @@ _FIRST_PERSON = _FIRST_PERSON_PLURAL | {
 
 # A thank-you and what it thanks for, up to its first punctuation mark ("thanks for your help,").
 _THANKS = re.compile(r"\A\W*(?:thank you|thanks)\b[^,.!?;:]*[,.!?;:]?")
+# A greeting or thank-you put to someone by a one-word name ("Hey Melanie!", "Thanks so much,
+# Sam,"): the name is theirs. The local model saved "The user's name is Melanie." from the first.
+_GREETED = re.compile(
+    r"\A\W*(?:hi|hey|hello|hiya|dear|cheers|thanks|thank you|good (?:morning|afternoon|evening))\b"
+    r"(?:\s+(?:so much|a lot|again))?[\s,]*(?P<name>[^\W\d_][\w'-]*)\s*(?:[,.!?;:]|\Z)"
+)
 
 
 def _said_of_themselves(sentence: str) -> set[str]:
@@ -177,8 +183,12 @@ def _said_of_themselves(sentence: str) -> set[str]:
     awesome job looking after your family!"), the words before the user speaks of themselves are
     a request or are about the other side, so it is the sentence from its first "I", "my", "me"…
     on; nothing when it has none. Any other sentence, whole. A thank-you opening it ("Thanks for
-    your help, the move to Porto went well.") puts nothing to the other side."""
+    your help, the move to Porto went well.") puts nothing to the other side; a greeting or
+    thank-you with a name ("Hey Melanie!") tells nothing (the name is the other side's)."""
     normalized, _ = _normalized(sentence)
+    greeted = _GREETED.match(normalized)
+    if greeted and greeted["name"] not in _FIRST_PERSON:
+        normalized = normalized[greeted.end() :]
     words = _WORD.findall(_THANKS.sub("", normalized, count=1))
     if not _ADDRESSED.intersection(words):
         return _meaningful(_WORD.findall(normalized))

@@ -225,6 +225,20 @@ def test_a_sentence_about_the_other_side_tells_nothing_about_the_user() -> None:
     assert told_by("The user's wife is a doctor.", "You know my wife is a doctor?")
 
 
+def test_a_name_the_user_greets_or_thanks_is_not_theirs() -> None:
+    """A greeting or thank-you put to someone by name tells that name, not the user's: the local
+    model saved "The user's name is Melanie." from "Hey Melanie!" and "The user's name is Sam."
+    from "Thanks, Sam!" (`python -m evals memory-statements`, LoCoMo evidence turns)."""
+    for greeting in ("Hey Melanie!", "Thanks so much, Melanie!", "Hi Melanie, how are you?"):
+        assert not told_by("The user's name is Melanie.", greeting), greeting
+    assert not told_by("The user's name is Sam.", "Thanks, Sam! That helped.")
+    # A greeting the user goes on from still tells what follows it.
+    assert told_by("The user's name is Marta.", "Hi, I'm Marta.")
+    assert told_by("The user's name is Marta.", "Hey Sam, I'm Marta.")
+    assert told_by("The user is vegan.", "Thanks, vegan here!")
+    assert told_by("The user's name is Melanie.", "Hello! My name is Melanie.")
+
+
 # --- extraction after the reply ------------------------------------------------------------------
 
 
