@@ -158,7 +158,8 @@ def summary_request(previous: str | None, messages: list[tuple[str, str]], words
 MEMORY_EXTRACTION_INSTRUCTIONS = """\
 You pick out lasting facts about the user from their new message. Reply with JSON only.
 - A fact is something the user says about themselves that will still matter in later chats: \
-their name, family, pets, home, work, health, diet, allergies, likes, plans.
+their name, family, pets, home, work, health, diet, allergies, likes, plans, and how they want \
+you to reply from now on.
 - Write each fact as one short sentence starting with "The user", in the user's words where you \
 can. When the user gives a time, write it as a date (today is {today:%d %B %Y}).
 - "sentences": the numbers of the sentences of the message that state the fact.
@@ -174,6 +175,10 @@ precise, use "update" with its number.
 # examples, one after a reply: without them it kept nothing from "I don't drink alcohol." or "I
 # get seasick easily."; the question with an "I can" in it keeps their "can" from becoming facts
 # ("Could you help me plan a trip I can afford?" gave "The user can afford to plan a trip.").
+# How the user wants replies is a lasting fact too: without the rule and the "short replies" line
+# it kept nothing from "Keep your answers brief from now on, I read them on my phone." or "I work
+# nights, so reply briefly.", and wrote "Please keep replies short." (not about the user, so
+# refused) from "I'm Marco, I work as a nurse on night shifts, so please keep replies short."
 # `python -m evals memory-statements`: see evals/RESULTS.md. They never change, so the local
 # model's prompt cache keeps them.
 MEMORY_EXTRACTION_EXAMPLES = [
@@ -181,12 +186,13 @@ MEMORY_EXTRACTION_EXAMPLES = [
         "(none yet)",
         None,
         "[1] Hey there!\n[2] I'm Sam and I work as a nurse.\n[3] I live in Leeds with my two"
-        " cats.\n[4] Can you suggest a podcast?",
+        " cats.\n[4] Please keep replies short.\n[5] Can you suggest a podcast?",
         {"operations": [
             {"op": "add", "fact": "The user's name is Sam.", "sentences": [2]},
             {"op": "add", "fact": "The user works as a nurse.", "sentences": [2]},
             {"op": "add", "fact": "The user lives in Leeds.", "sentences": [3]},
             {"op": "add", "fact": "The user has two cats.", "sentences": [3]},
+            {"op": "add", "fact": "The user wants short replies.", "sentences": [4]},
         ]},
     ),
     (

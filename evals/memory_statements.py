@@ -70,6 +70,7 @@ STATEMENTS: list[tuple[str | None, str]] = [
     (None, "I get seasick easily."),
     ("Here are some paperback deals.", "I only read books on my Kindle."),
     (None, "I'm scared of dogs."),
+    ("Here's a summary.", "Keep answers brief from now on, I read them on my phone."),
 ]
 REQUESTS: list[tuple[str | None, str]] = [
     (None, "How do I boil an egg?"),
@@ -88,6 +89,7 @@ REQUESTS: list[tuple[str | None, str]] = [
     (None, "Could you help me plan a trip I can afford?"),
     (None, "How do I tell my boss I need a day off?"),
     (None, "Is it OK if I run every day?"),
+    (None, "Give me a short answer: what is 2+2?"),
 ]
 
 
