@@ -5,12 +5,13 @@ Every model gets them, with or without memory tools. A user with only a few memo
 memories: they are the user's profile, and the one that matters is often nothing like the question
 ("What should I avoid eating?" is 0.24 from "The user is allergic to peanuts.", with no word in
 common). Past that, the hybrid search of core/memory_search.py with the user's words finds
-them: at most `RECALL_LIMIT` above the relevance floor and `RECALL_CHARS` in all. Either way,
-current memories only (superseded ones too when the question is about the past). A message of
-several clauses ("Where do I work, and how many children do I have?") is searched clause by clause
-too: the whole message's meaning lies between its parts' facts and may reach none of them. They
-are noted on the turn (saved with the reply: "Used 2 memories") and announced to the browser with
-a `memories` event.
+them: at most `RECALL_LIMIT` above the relevance floor and `RECALL_CHARS` in all, after how the
+user wants replies ("The user wants short replies."), which fits every message and shares words
+with none (`reply_wishes`). Either way, current memories only (superseded ones too when the
+question is about the past). A message of several clauses ("Where do I work, and how many
+children do I have?") is searched clause by clause too: the whole message's meaning lies between
+its parts' facts and may reach none of them. They are noted on the turn (saved with the reply:
+"Used 2 memories") and announced to the browser with a `memories` event.
 
 What the user said in another chat that extraction has not read yet (on the local model it waits
 behind the replies, tens of seconds) is given too: the sentences of those messages in which the
@@ -39,12 +40,13 @@ from core import memory_jobs
 from core.forget_requests import asks_to_forget
 from core.grounding import statements_of_themselves
 from core.memory_jobs import QueuedMessage
-from core.memory_search import RetrievedMemory, few_memories, retrieve_memories
+from core.memory_search import RetrievedMemory, few_memories, reply_wishes, retrieve_memories
 from core.tracing import traced
 
 log = logging.getLogger("resolveai.memory")
 
 RECALL_LIMIT = 5
+REPLY_WISHES = 2  # of those, at most this many of how the user wants replies ("short replies")
 # ~150 tokens of facts (about 4 characters a token): enough for 5 short facts, small enough that
 # the local model reads them in a few seconds.
 RECALL_CHARS = 600
@@ -169,22 +171,24 @@ async def _memories_for(turn: TurnContext, text: str) -> tuple[list[RetrievedMem
     if found is not None:
         return found, True
     searches = [text, *clauses(text)]
-    found = _interleaved(
-        await asyncio.gather(
-            *(
-                retrieve_memories(
-                    pool,
-                    turn.services.embedder,
-                    query,
-                    user_id=turn.user_id,
-                    limit=RECALL_LIMIT,
-                    include_superseded=past,
-                )
-                for query in searches
+    wishes, *found = await asyncio.gather(
+        reply_wishes(pool, user_id=turn.user_id, limit=REPLY_WISHES),
+        *(
+            retrieve_memories(
+                pool,
+                turn.services.embedder,
+                query,
+                user_id=turn.user_id,
+                limit=RECALL_LIMIT,
+                include_superseded=past,
             )
-        )
-    )[:RECALL_LIMIT]
-    return found, False
+            for query in searches
+        ),
+    )
+    # How the user wants replies first: it fits this message whatever it asks.
+    wished = {memory.memory_id for memory in wishes}
+    rest = [memory for memory in _interleaved(found) if memory.memory_id not in wished]
+    return [*wishes, *rest][:RECALL_LIMIT], False
 
 
 def said_lines(queued: list[QueuedMessage]) -> list[str]:
