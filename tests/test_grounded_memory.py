@@ -515,21 +515,22 @@ async def test_past_a_few_memories_only_those_that_fit_the_question_are_given(
 async def test_past_a_few_memories_how_the_user_wants_replies_is_given_with_every_question(
     client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
 ) -> None:
-    """"Please keep replies short." is about every reply, not about the questions that share its
+    """ "Please keep replies short." is about every reply, not about the questions that share its
     words: past a few memories, the search for "How do I merge two dicts in Python?" would never
-    find it. A fact about other wants ("The user wants to visit Japan.") is found as any other."""
+    find it. Other wants and likes ("The user wants to visit Japan.", "The user likes answering
+    quiz questions.") are found as any fact."""
     facts = [
         "The user lives in Lisbon.", "The user plays the piano.", "The user has two daughters.",
-        "The user drives a red car.", "The user wants to visit Japan.",
+        "The user likes answering quiz questions.", "The user wants to visit Japan.",
         "The user wants short replies.",
     ]  # fmt: skip
-    said = ("I live in Lisbon. I play the piano. I have two daughters. I drive a red car. I want"
-            " to visit Japan. Please keep replies short.")  # fmt: skip
+    said = ("I live in Lisbon. I play the piano. I have two daughters. I like answering quiz"
+            " questions. I want to visit Japan. Please keep replies short.")  # fmt: skip
     adds = [{"op": "add", "fact": fact, "sentences": [n]} for n, fact in enumerate(facts, 1)]
     await tell(client, model, chat_services, said, *adds)
     assert len(await memories(client)) == len(facts)
     recalled, events = await ask(client, model, "How do I merge two dicts in Python?")
-    assert "wants short replies" in recalled and "Japan" not in recalled and "piano" not in recalled
+    assert "wants short replies" in recalled and "Japan" not in recalled and "quiz" not in recalled
     used = next(e for e in events if e["type"] == "memories")["memories"]
     assert [m["content"] for m in used] == ["The user wants short replies."]
     recalled, _ = await ask(client, model, "Where do I live?")
