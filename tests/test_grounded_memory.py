@@ -109,6 +109,18 @@ async def tell(
     await extractions_done(services)
 
 
+async def tell_each(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    services: Services,
+    told: list[tuple[str, str]],
+) -> None:
+    """One message of the sentences of `told`, each read as its fact; all of them stored."""
+    adds = [{"op": "add", "fact": fact, "sentences": [n]} for n, (_, fact) in enumerate(told, 1)]
+    await tell(client, model, services, " ".join(sentence for sentence, _ in told), *adds)
+    assert len(await memories(client)) == len(told)
+
+
 async def ask(
     client: httpx.AsyncClient, model: ScriptedProvider, question: str
 ) -> tuple[str, list[dict[str, Any]]]:
@@ -498,15 +510,14 @@ def test_queued_words_give_what_the_user_says_of_themselves_within_a_budget() ->
 async def test_past_a_few_memories_only_those_that_fit_the_question_are_given(
     client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
 ) -> None:
-    facts = [
-        "The user lives in Lisbon.", "The user plays the piano.", "The user has two daughters.",
-        "The user drives a red car.", "The user works as a baker.", "The user's name is Dana.",
-    ]  # fmt: skip
-    said = ("I live in Lisbon. I play the piano. I have two daughters. I drive a red car. I work"
-            " as a baker. My name is Dana.")  # fmt: skip
-    adds = [{"op": "add", "fact": fact, "sentences": [n]} for n, fact in enumerate(facts, 1)]
-    await tell(client, model, chat_services, said, *adds)
-    assert len(await memories(client)) == len(facts)
+    await tell_each(client, model, chat_services, [
+        ("I live in Lisbon.", "The user lives in Lisbon."),
+        ("I play the piano.", "The user plays the piano."),
+        ("I have two daughters.", "The user has two daughters."),
+        ("I drive a red car.", "The user drives a red car."),
+        ("I work as a baker.", "The user works as a baker."),
+        ("My name is Dana.", "The user's name is Dana."),
+    ])  # fmt: skip
     recalled, _ = await ask(client, model, "Where do I live?")
     assert "lives in Lisbon" in recalled and "piano" not in recalled and "red car" not in recalled
     await extractions_done(chat_services)
@@ -519,16 +530,14 @@ async def test_past_a_few_memories_how_the_user_wants_replies_is_given_with_ever
     words: past a few memories, the search for "How do I merge two dicts in Python?" would never
     find it. Other wants and likes ("The user wants to visit Japan.", "The user likes answering
     quiz questions.") are found as any fact."""
-    facts = [
-        "The user lives in Lisbon.", "The user plays the piano.", "The user has two daughters.",
-        "The user likes answering quiz questions.", "The user wants to visit Japan.",
-        "The user wants short replies.",
-    ]  # fmt: skip
-    said = ("I live in Lisbon. I play the piano. I have two daughters. I like answering quiz"
-            " questions. I want to visit Japan. Please keep replies short.")  # fmt: skip
-    adds = [{"op": "add", "fact": fact, "sentences": [n]} for n, fact in enumerate(facts, 1)]
-    await tell(client, model, chat_services, said, *adds)
-    assert len(await memories(client)) == len(facts)
+    await tell_each(client, model, chat_services, [
+        ("I live in Lisbon.", "The user lives in Lisbon."),
+        ("I play the piano.", "The user plays the piano."),
+        ("I have two daughters.", "The user has two daughters."),
+        ("I like answering quiz questions.", "The user likes answering quiz questions."),
+        ("I want to visit Japan.", "The user wants to visit Japan."),
+        ("Please keep replies short.", "The user wants short replies."),
+    ])  # fmt: skip
     recalled, events = await ask(client, model, "How do I merge two dicts in Python?")
     assert "wants short replies" in recalled and "Japan" not in recalled and "quiz" not in recalled
     used = next(e for e in events if e["type"] == "memories")["memories"]
