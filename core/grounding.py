@@ -145,6 +145,17 @@ def shares_a_word(fact: str, quote: str) -> bool:
     return bool(content_words(fact) & content_words(quote))
 
 
+# How the user wants replies, as extraction writes it ("The user wants short replies."). Asked of
+# the other side ("Please keep your answers short."), it is still the user's own wish. Recall
+# gives such memories with every message (core/memory_search.py, which runs it in Postgres).
+REPLY_WISH = r"^the user (wants|prefers|would like|likes)\b.*\b(repl(y|ies)|answers?|responses?)\b"
+_REPLY_WISH = re.compile(REPLY_WISH, re.IGNORECASE)
+
+
+def is_reply_wish(fact: str) -> bool:
+    return bool(_REPLY_WISH.search(fact))
+
+
 def told_by(fact: str, quote: str) -> bool:
     """Whether the quote tells the fact rather than asks about it. A quote of questions only tells
     what it holds, so every meaningful word of the fact must be in it: "Any recipes, since I'm
@@ -152,7 +163,10 @@ def told_by(fact: str, quote: str) -> bool:
     favourite colour is blue." (small models answer the question: "How many children do I have?"
     became "The user has two children."). A quote with a statement in it needs a meaningful word
     in common with the fact. Either way, a sentence put to the other side ("you") tells only what
-    the user says of themselves in it (`_said_of_themselves`)."""
+    the user says of themselves in it (`_said_of_themselves`). A wish about replies is told by
+    asking for it, question or not ("Could you keep your answers short?")."""
+    if is_reply_wish(fact):
+        return shares_a_word(fact, quote)
     sentences = split_sentences(quote) or [quote]
     told = set().union(*(_said_of_themselves(s) for s in sentences))
     if all(s.rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):

@@ -25,6 +25,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from core.grounding import REPLY_WISH
 from core.memory_store import ITERATIVE_SCAN_SQL, MEMORY_COLUMNS, QueryEmbedder, check_embedding
 from core.statements import fetch_all
 
@@ -258,27 +259,25 @@ async def few_memories(
     return [_retrieved(row, None) for row in rows]
 
 
-# How the user wants replies ("The user wants short replies.", "The user prefers answers in
-# British English."), as extraction writes it (core/prompts.py's worked example). It is about
-# every reply, not about the questions that share its words, so the search would not find it for
-# "How do I merge two dicts?". The words go first (the full-text index): the regular expression
-# alone scanned all of a user's memories, 170 ms at 100k, 0.3 ms with the words. In Postgres's
-# regular expressions \m and \M are a word's start and end.
+# How the user wants replies (core/grounding.py `REPLY_WISH`: "The user wants short replies.") is
+# about every reply, not about the questions that share its words, so the search would not find
+# it for "How do I merge two dicts?". The words go first (the full-text index): the regular
+# expression alone scanned all of a user's memories, 170 ms at 100k, 0.3 ms with the words.
 REPLY_WORDS = "replies | answers | responses"
-REPLY_WISH = r"^the user (wants|prefers|would like|likes)\M.*\m(repl(y|ies)|answers?|responses?)\M"
+_REPLY_WISH_SQL = REPLY_WISH.replace(r"\b", r"\y")  # Postgres's word boundary is \y
 
 
 async def reply_wishes(
     pool: AsyncConnectionPool, *, user_id: uuid.UUID, limit: int
 ) -> list[RetrievedMemory]:
-    """The user's current memories of how they want replies (`REPLY_WISH`), newest first."""
+    """The user's current memories of how they want replies, newest first."""
     rows = await fetch_all(
         pool,
         f"SELECT {MEMORY_COLUMNS} FROM memories"
         " WHERE user_id = %(user)s AND valid_to IS NULL"
         " AND content_words @@ to_tsquery('english', %(words)s) AND content ~* %(wish)s"
         " ORDER BY created_at DESC, memory_id LIMIT %(limit)s",
-        {"user": user_id, "words": REPLY_WORDS, "wish": REPLY_WISH, "limit": limit},
+        {"user": user_id, "words": REPLY_WORDS, "wish": _REPLY_WISH_SQL, "limit": limit},
     )
     return [_retrieved(row, None) for row in rows]
 

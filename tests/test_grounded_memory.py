@@ -237,6 +237,18 @@ def test_a_sentence_about_the_other_side_tells_nothing_about_the_user() -> None:
     assert told_by("The user's wife is a doctor.", "You know my wife is a doctor?")
 
 
+def test_how_the_user_wants_replies_is_told_by_asking_for_it() -> None:
+    """A wish about replies is said to the other side ("Please keep your answers short."), so the
+    rule for such sentences (only from the user's "I" on) refused it in a keyless trial: "The user
+    wants short answers." was "not something the user said". It is the user's wish, asked for."""
+    assert told_by("The user wants short answers.", "Please keep your answers short.")
+    assert told_by("The user wants replies in French.", "Could you always reply in French?")
+    assert not told_by("The user wants short answers.", "Please keep your recipes simple.")
+    # Anything else said to the other side is judged as before.
+    assert not told_by("The user is doing great.", "Thank you, you're doing great!")
+    assert not told_by("The user likes answering questions.", "Can you answer my questions?")
+
+
 def test_a_name_the_user_greets_or_thanks_is_not_theirs() -> None:
     """A greeting or thank-you put to someone by name tells that name, not the user's: the local
     model saved "The user's name is Melanie." from "Hey Melanie!" and "The user's name is Sam."
@@ -526,24 +538,24 @@ async def test_past_a_few_memories_only_those_that_fit_the_question_are_given(
 async def test_past_a_few_memories_how_the_user_wants_replies_is_given_with_every_question(
     client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
 ) -> None:
-    """ "Please keep replies short." is about every reply, not about the questions that share its
-    words: past a few memories, the search for "How do I merge two dicts in Python?" would never
-    find it. Other wants and likes ("The user wants to visit Japan.", "The user likes answering
-    quiz questions.") are found as any fact."""
+    """A wish about replies ("Please keep your answers short.") is about every reply, not about
+    the questions that share its words: past a few memories, the search for "How do I merge two
+    dicts in Python?" would never find it. Other wants and likes ("The user wants to visit
+    Japan.", "The user likes answering quiz questions.") are found as any fact."""
     await tell_each(client, model, chat_services, [
         ("I live in Lisbon.", "The user lives in Lisbon."),
         ("I play the piano.", "The user plays the piano."),
         ("I have two daughters.", "The user has two daughters."),
         ("I like answering quiz questions.", "The user likes answering quiz questions."),
         ("I want to visit Japan.", "The user wants to visit Japan."),
-        ("Please keep replies short.", "The user wants short replies."),
+        ("Please keep your answers short.", "The user wants short answers."),
     ])  # fmt: skip
     recalled, events = await ask(client, model, "How do I merge two dicts in Python?")
-    assert "wants short replies" in recalled and "Japan" not in recalled and "quiz" not in recalled
+    assert "wants short answers" in recalled and "Japan" not in recalled and "quiz" not in recalled
     used = next(e for e in events if e["type"] == "memories")["memories"]
-    assert [m["content"] for m in used] == ["The user wants short replies."]
+    assert [m["content"] for m in used] == ["The user wants short answers."]
     recalled, _ = await ask(client, model, "Where do I live?")
-    assert "lives in Lisbon" in recalled and "wants short replies" in recalled
+    assert "lives in Lisbon" in recalled and "wants short answers" in recalled
     await extractions_done(chat_services)
 
 
