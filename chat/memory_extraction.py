@@ -36,6 +36,7 @@ from core.clock import now_in
 from core.grounding import (
     best_supporting_sentence,
     content_words,
+    may_tell_about_user,
     numbered_sentences,
     sentence_span,
     shares_a_word,
@@ -116,6 +117,8 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
         result.skipped = "temporary chat"
     elif with_defaults(message["preferences"])["memory_paused"]:
         result.skipped = "memory is paused"
+    elif not may_tell_about_user(message["content"]):  # e.g. a reply recovered after a crash
+        result.skipped = "nothing in it can tell about the user"
     if message is None or result.skipped:
         return result
     with tracing.message_trace(

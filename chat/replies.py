@@ -18,6 +18,7 @@ import psycopg_pool
 from chat.state import TurnContext
 from chat.steps import short_id
 from core import chat_store, memory_jobs
+from core.grounding import may_tell_about_user
 from core.logs import first_line
 from core.model_names import friendly_name
 
@@ -68,6 +69,7 @@ def done_event(context: TurnContext, message: dict[str, Any]) -> dict[str, Any]:
 
 async def _save(context: TurnContext, text: str, **fields: Any) -> dict[str, Any]:
     pool = context.services.database.pool
+    read_for_memories = context.memory != "off" and may_tell_about_user(context.user_text)
     # Pipelined: the statements go to the server in two exchanges instead of one each.
     async with pool.connection() as conn, conn.pipeline(), conn.transaction():
         message = await chat_store.add_message(
@@ -75,8 +77,8 @@ async def _save(context: TurnContext, text: str, **fields: Any) -> dict[str, Any
             memory_ids=list(context.memories), reply_to=context.user_message_id,
             run_id=context.run_id, model=context.model, notes=list(context.notes), **fields,
         )  # fmt: skip
-        if context.memory != "off":
+        if read_for_memories:
             await memory_jobs.enqueue(conn, context.user_message_id, context.chat_id)
-    if context.memory != "off":
+    if read_for_memories:
         context.wake_memory()
     return message

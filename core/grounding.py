@@ -10,8 +10,9 @@ as numbered sentences (`numbered_sentences`) and the model cites numbers; `sente
 them back into the exact text, which is then found by construction. A real sentence cited for a
 fact it does not state is caught too: the fact must share a meaningful word with it
 (`shares_a_word`) and state no number it does not (`states_its_numbers`); a question tells only
-what it holds, and a sentence put to the other side ("you…") only what the user says of
-themselves in it (`told_by`).
+what it holds, and a question or a sentence put to the other side ("you…", "please…") only what
+the user says of themselves in it (`told_by`). A message in which no fact could be told that way
+is not read for memories at all (`may_tell_about_user`).
 """
 
 from __future__ import annotations
@@ -156,25 +157,33 @@ def is_reply_wish(fact: str) -> bool:
     return bool(_REPLY_WISH.search(fact))
 
 
+# Words naming replies in the user's own sentence ("Keep replies short."): a wish need not be put
+# to the other side by "you" or "please".
+_REPLY_WORD = re.compile(r"\b(?:repl(?:y|ies)|answers?|responses?)\b")
+
+
 def told_by(fact: str, quote: str) -> bool:
     """Whether the quote tells the fact rather than asks about it. A quote of questions only tells
     what it holds, so every meaningful word of the fact must be in it: "Any recipes, since I'm
     vegan?" tells "The user is vegan."; "What's my favourite colour?" does not tell "The user's
     favourite colour is blue." (small models answer the question: "How many children do I have?"
     became "The user has two children."). A quote with a statement in it needs a meaningful word
-    in common with the fact. Either way, a sentence put to the other side ("you") tells only what
-    the user says of themselves in it (`_said_of_themselves`). A wish about replies is told by
-    asking for it, question or not ("Could you keep your answers short?")."""
-    if is_reply_wish(fact):
-        return shares_a_word(fact, quote)
+    in common with the fact. Either way, a sentence put to the other side ("you", "please") or
+    asked tells only what the user says of themselves in it (`_said_of_themselves`). A wish about
+    replies is told by asking for it, question or not ("Could you keep your answers short?"), in
+    a sentence that can ask for one (`_may_ask_for_replies`)."""
     sentences = split_sentences(quote) or [quote]
+    if is_reply_wish(fact):
+        return shares_a_word(fact, quote) and any(map(_may_ask_for_replies, sentences))
     told = set().union(*(_said_of_themselves(s) for s in sentences))
-    if all(s.rstrip(_CLOSING_CHARACTERS).endswith("?") for s in sentences):
+    if all(map(_asks, sentences)):
         return content_words(fact) <= told
     return bool(content_words(fact) & told)
 
 
-_ADDRESSED = frozenset({"you", "your", "yours", "you're", "you've", "you'd", "you'll"})
+_ADDRESSED = frozenset(
+    {"you", "your", "yours", "you're", "you've", "you'd", "you'll", "please", "pls", "plz"}
+)
 _FIRST_PERSON_PLURAL = frozenset({"we", "we're", "we've", "we'd", "we'll", "our", "ours", "us"})
 _FIRST_PERSON = _FIRST_PERSON_PLURAL | {
     "i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself"
@@ -198,16 +207,38 @@ def _said_of_themselves(sentence: str) -> set[str]:
     a request or are about the other side, so it is the sentence from its first "I", "my", "me"…
     on; nothing when it has none. Any other sentence, whole. A thank-you opening it ("Thanks for
     your help, the move to Porto went well.") puts nothing to the other side; a greeting or
-    thank-you with a name ("Hey Melanie!") tells nothing (the name is the other side's)."""
+    thank-you with a name ("Hey Melanie!") tells nothing (the name is the other side's). A
+    question is asked of the other side too: "What is a good name for a small grey cat?" tells
+    nothing of the user ("The user has a small grey cat." is a guess), "How do I train my new
+    puppy?" tells from its "I" on."""
     normalized, _ = _normalized(sentence)
     greeted = _GREETED.match(normalized)
     if greeted and greeted["name"] not in _FIRST_PERSON:
         normalized = normalized[greeted.end() :]
     words = _WORD.findall(_THANKS.sub("", normalized, count=1))
-    if not _ADDRESSED.intersection(words):
-        return _meaningful(_WORD.findall(normalized))
+    if not _ADDRESSED.intersection(words) and not _asks(sentence):
+        return _meaningful(words)
     first = next((n for n, word in enumerate(words) if word in _FIRST_PERSON), len(words))
     return _meaningful(words[first:])
+
+
+def _asks(sentence: str) -> bool:
+    return sentence.rstrip(_CLOSING_CHARACTERS).endswith("?")
+
+
+def _may_ask_for_replies(sentence: str) -> bool:
+    """Whether `sentence` can be a wish about replies: put to the other side, said of the user
+    ("I prefer short answers."), or naming replies ("Keep replies short.")."""
+    normalized, _ = _normalized(sentence)
+    words = _WORD.findall(normalized)
+    return bool((_ADDRESSED | _FIRST_PERSON).intersection(words) or _REPLY_WORD.search(normalized))
+
+
+def may_tell_about_user(message: str) -> bool:
+    """Whether any fact could be grounded in `message` (`told_by` accepts none when this is
+    False): a sentence that tells something of the user, or that can ask for a kind of reply.
+    Extraction skips a message that cannot: its model call would store nothing."""
+    return any(_said_of_themselves(s) or _may_ask_for_replies(s) for s in split_sentences(message))
 
 
 def statements_of_themselves(message: str) -> list[str]:
@@ -217,7 +248,7 @@ def statements_of_themselves(message: str) -> list[str]:
     return [
         sentence
         for sentence in split_sentences(message)
-        if not sentence.rstrip(_CLOSING_CHARACTERS).endswith("?")
+        if not _asks(sentence)
         and _FIRST_PERSON.intersection(_WORD.findall(_normalized(sentence)[0]))
     ]
 
@@ -225,7 +256,7 @@ def statements_of_themselves(message: str) -> list[str]:
 def told_of_us(sentence: str) -> bool:
     """Whether the user states something in `sentence` of a "we" they belong to ("We're both
     vegetarian.", "Our flat is in Porto."): not a question, with "we", "our" or "us"."""
-    return not sentence.rstrip(_CLOSING_CHARACTERS).endswith("?") and bool(
+    return not _asks(sentence) and bool(
         _FIRST_PERSON_PLURAL.intersection(_WORD.findall(_normalized(sentence)[0]))
     )
 

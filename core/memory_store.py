@@ -222,7 +222,8 @@ def _grounded_quote(fact: str, quote: str, message: str) -> str:
         raise NotGrounded("that is not something the user said: the quote does not state that fact")
     if not states_its_numbers(fact, span):
         raise NotGrounded("that is not something the user said: the quote lacks its numbers")
-    if not told_by(fact, span):
+    # Judged by whole sentences: "a small grey cat" out of a question is still asked.
+    if not told_by(fact, "\n".join(around) or span):
         raise NotGrounded(
             "that is not something the user said: they asked it or said it of someone else, "
             "not told it of themselves"

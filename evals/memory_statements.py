@@ -108,6 +108,7 @@ async def extract_one(services: Services, before: str | None, text: str) -> dict
         "before": before,
         "saved": [row["content"] for row in result.saved],
         "refused": result.refused,
+        "not_read": result.skipped is not None,
         "seconds": result.seconds,
     }
 
@@ -134,6 +135,7 @@ def _tally(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "with_a_memory": sum(bool(r["saved"]) for r in rows),
         "memories": sum(len(r["saved"]) for r in rows),
         "refused": sum(len(r["refused"]) for r in rows),
+        "not_read": sum(bool(r.get("not_read")) for r in rows),
         **latency_summary([r["seconds"] for r in rows]),
     }
 
@@ -141,11 +143,11 @@ def _tally(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def tables(results: dict[str, Any]) -> list[Table]:
     summary = Table(
         "Messages read for memories, each alone in a new chat with nothing remembered",
-        ["messages", "n", "with a memory saved", "memories", "refused by the store", "p50 s",
-         "p95 s"],
+        ["messages", "n", "not read (tells nothing of the user)", "with a memory saved",
+         "memories", "refused by the store", "p50 s", "p95 s"],
         [
-            [group, t["messages"], share(t["with_a_memory"], t["messages"]), t["memories"],
-             t["refused"], round(t["p50"], 1), round(t["p95"], 1)]
+            [group, t["messages"], t.get("not_read", 0), share(t["with_a_memory"], t["messages"]),
+             t["memories"], t["refused"], round(t["p50"], 1), round(t["p95"], 1)]
             for group, t in results["by_group"].items()
         ],
     )  # fmt: skip
@@ -182,6 +184,8 @@ async def run(args: argparse.Namespace) -> Report:
         [
             "Each message is read by chat/memory_extraction.extract_memories in a new chat with"
             " nothing remembered; 'with a memory saved' counts messages from which the store"
-            " accepted at least one fact (grounded in the message, about the user)."
+            " accepted at least one fact (grounded in the message, about the user); 'not read'"
+            " those in which no fact could be grounded (core/grounding.may_tell_about_user), so"
+            " the model was not called."
         ],
     )

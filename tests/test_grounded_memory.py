@@ -27,6 +27,7 @@ from core.db import Database
 from core.grounding import (
     best_supporting_sentence,
     find_quote,
+    may_tell_about_user,
     numbered_sentences,
     sentence_span,
     split_sentences,
@@ -247,6 +248,50 @@ def test_how_the_user_wants_replies_is_told_by_asking_for_it() -> None:
     # Anything else said to the other side is judged as before.
     assert not told_by("The user is doing great.", "Thank you, you're doing great!")
     assert not told_by("The user likes answering questions.", "Can you answer my questions?")
+
+
+def test_a_question_tells_only_what_the_user_says_of_themselves_in_it() -> None:
+    """A question with no "I", "my" or "we" in it asks about the world, not the user: "What is a
+    good name for a small grey cat…?" held every word of "The user has a small grey cat.", an
+    inference, not something the user said."""
+    cat = "What is a good name for a small grey cat that likes to sleep on the windowsill?"
+    assert not told_by("The user has a small grey cat.", cat)
+    assert not told_by("The user wants replies about cat names.", cat)
+    assert told_by("The user has a cat.", "What is a good name for my cat?")
+
+
+def test_a_please_puts_the_sentence_to_the_other_side() -> None:
+    """ "Please always answer in British English." was saved as "The user always answers in British
+    English.": what the user asks the assistant to do, told as what the user does."""
+    asked = "Please always answer in British English."
+    assert not told_by("The user always answers in British English.", asked)
+    assert told_by("The user wants answers in British English.", asked)
+    assert told_by("The user is vegan.", "Please suggest a dinner, I'm vegan.")
+
+
+@pytest.mark.parametrize(
+    ("message", "may_tell"),
+    [
+        ("What is a good name for a small grey cat that likes to sleep on the windowsill?", False),
+        ("How many legs does a spider have?", False),
+        ("Yes.", False),
+        ("Thanks!", False),
+        ("How do I train my new puppy?", True),
+        ("Dana.", True),  # an answer to "What's your name?"
+        ("Explain how a bicycle gear works.", True),  # a statement: the model decides
+        ("Please be brief.", True),
+        ("Keep replies short.", True),
+        ("Could you answer in French from now on?", True),
+        ("Is it far? We live in Porto.", True),
+    ],
+)
+def test_a_message_that_can_tell_nothing_about_the_user_is_known_before_extraction(
+    message: str, may_tell: bool
+) -> None:
+    """Extraction is skipped for a message no fact could be grounded in (every sentence a
+    question that says nothing of the user, or words that mean nothing): its model call would
+    store nothing, and on the local model it takes the one model for ~20 s."""
+    assert may_tell_about_user(message) is may_tell
 
 
 def test_a_name_the_user_greets_or_thanks_is_not_theirs() -> None:
@@ -775,6 +820,21 @@ async def test_extraction_stores_only_what_the_message_tells(
     await send(client, said)
     await extractions_done(chat_services)
     assert [(m["content"], m["quote"]) for m in await memories(client)] == [kept]
+
+
+async def test_a_message_that_tells_nothing_about_the_user_is_not_read_for_memories(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    model.push({"text": "Whiskers."})
+    calls = len(model.own_calls["memory"])
+    await send(client, "What is a good name for a small grey cat?")
+    assert await memory_jobs.pending(chat_services.database.pool) == 0
+    await extractions_done(chat_services)
+    assert len(model.own_calls["memory"]) == calls
+    # A message that does tell is read as before.
+    cat = {"op": "add", "fact": "The user has a cat named Tom.", "sentences": [1]}
+    await tell(client, model, chat_services, "What is a good name for my cat Tom's sister?", cat)
+    assert [m["content"] for m in await memories(client)] == ["The user has a cat named Tom."]
 
 
 async def test_a_failed_extraction_is_retried_and_nothing_is_half_written(

@@ -467,6 +467,22 @@ async def test_save_tool_refuses_an_answer_to_the_users_question(
     assert await count_memories(memory_pool) == 0
 
 
+async def test_save_tool_judges_a_quote_by_the_sentence_it_is_part_of(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    """A piece of a question is still asked, not told: "a small grey cat" out of "What is a good
+    name for a small grey cat?" does not tell "The user has a small grey cat."."""
+    chat = await chat_store.create_chat(memory_pool)
+    said = "What is a good name for a small grey cat?"
+    config = await turn_config(memory_pool, embedder, chat["chat_id"], said)
+    with pytest.raises(memory_store.NotGrounded, match="they asked it"):
+        await save_memory.ainvoke(
+            {"content": "The user has a small grey cat.", "quote": "a small grey cat"},
+            config=config,
+        )
+    assert await count_memories(memory_pool) == 0
+
+
 async def test_save_tool_refuses_what_the_user_said_of_the_assistant(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:

@@ -86,7 +86,8 @@ async def test_a_message_is_one_trace_with_a_span_per_step(client, model, receiv
             "1.7 * 2", "Warsaw population", "Warsaw has about 1.7 million inhabitants[1]."
         )
     )
-    events = await send(client, "How many people live in Warsaw, and twice that?")
+    # (It tells something of the user, so it is read for memories: a question alone is not.)
+    events = await send(client, "I am moving to Warsaw. How many live there, and twice that?")
     assert events[-1]["type"] == "done"
     chat_id = events[0]["chat_id"]
     message_id = next(e for e in events if e["type"] == "turn")["user_message_id"]
