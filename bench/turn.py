@@ -2,6 +2,7 @@
 
     python -m bench.turn [--clients 1,10,50] [--turns 20] [--rounds 3] [--think 0]
                          [--memories 20] [--side-turns 5] [--no-local] [--without-event-log]
+                         [--message TEXT]
     python -m bench.turn --tiny        # smoke-check size: 1 and 2 clients, 3 messages, 1 round
 
 What runs: the real app (`server.create_app`) on uvicorn in this process's event loop, on the real
@@ -9,9 +10,10 @@ database (embedded Postgres in a temporary data folder) and the real embedder, w
 on the scripted model (`tests/scripted_model.py`) answering at once: a 20-word reply, streamed word
 by word with no delay, so whatever time a turn takes is the server's. The clients run in a
 subprocess (`bench/turn_client.py`, httpx), so their work never runs on the loop being measured.
-Each client sends its messages (each text made distinct by a number at its end, so no turn reuses
-another's vectors) one after another in a chat of its own, the next as soon as a reply has ended
-(or `--think` seconds later, like a person reading it). The user has `--memories` memories (a
+Each client sends its messages (`--message`, by default a question that tells nothing about the
+user, so it is not read for memories; each text made distinct by a number at its start, so no turn
+reuses another's vectors) one after another in a chat of its own, the next as soon as a reply has
+ended (or `--think` seconds later, like a person reading it). The user has `--memories` memories (a
 returning user's: more than a few, so each message is embedded to search them; with 5 or fewer
 all are given without a search, chat/memory_recall.py), and the server folds the chat's older
 messages into its summary as it does for real: 10 at a time once 20 are unsummarised, after
@@ -410,9 +412,12 @@ class ClientProcess:
         )  # fmt: skip
         return cls(process)
 
-    async def run(self, url: str, clients: int, turns: int, think: float = 0.0) -> dict[str, Any]:
+    async def run(
+        self, url: str, clients: int, turns: int, think: float = 0.0, message: str = MESSAGE
+    ) -> dict[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
-        command = {"url": url, "clients": clients, "turns": turns, "think": think}
+        command = {"url": url, "clients": clients, "turns": turns, "think": think,
+                   "message": message}  # fmt: skip
         self.process.stdin.write((json.dumps(command) + "\n").encode())
         await self.process.stdin.drain()
         line = await self.process.stdout.readline()
@@ -542,6 +547,7 @@ class Options:
     local: bool = True
     local_clients: int = TARGET_CLIENTS
     without_event_log: bool = False  # a third server in every round: ours, event log patched out
+    message: str = MESSAGE  # what the clients send (each message numbered)
 
     @classmethod
     def tiny(cls) -> Options:
@@ -551,11 +557,13 @@ class Options:
 # --- the bench -----------------------------------------------------------------------------------
 
 
-async def capture_turn_events(url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+async def capture_turn_events(
+    url: str, message: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The events of a new chat's first message and of a second message, as the server sent them."""
 
     async def send(http: httpx.AsyncClient, path: str) -> list[dict[str, Any]]:
-        async with http.stream("POST", path, json={"content": MESSAGE}) as response:
+        async with http.stream("POST", path, json={"content": message}) as response:
             response.raise_for_status()
             return [e async for e in read_events(response) if e["type"] != "heartbeat"]
 
@@ -577,6 +585,7 @@ class Bench:
         self.client: ClientProcess | None = None
         self.worker: MemoryWorker | None = None  # the app's, once it runs
         self.think = 0.0
+        self.message = MESSAGE
 
     async def phase(self, server: str, url: str, clients: int, turns: int) -> Phase:
         assert self.client is not None
@@ -587,7 +596,7 @@ class Bench:
         cpu, postgres_cpu = time.process_time(), self.postgres.seconds()
         patch = event_log_patched_out if server == WITHOUT_EVENT_LOG else contextlib.nullcontext
         with patch():
-            result = await self.client.run(url, clients, turns, self.think)
+            result = await self.client.run(url, clients, turns, self.think, self.message)
         if server != "baseline":  # (the bare baseline queues none; its count stays its own)
             await self.work_settled()
         lag, on_cpu, stall = self.probe.take()
@@ -631,7 +640,9 @@ class Bench:
         fewest: Counter[str] | None = None
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             for _ in range(tries):
-                async with http.stream("POST", "/api/messages", json={"content": MESSAGE}) as r:
+                async with http.stream(
+                    "POST", "/api/messages", json={"content": self.message}
+                ) as r:
                     events = [e async for e in read_events(r)]
                 chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
                 await self.work_settled()  # the first message's work is not counted
@@ -639,7 +650,7 @@ class Bench:
                 self.round_trips.labelled = True
                 try:
                     path = f"/api/chats/{chat_id}/messages"
-                    async with http.stream("POST", path, json={"content": MESSAGE}) as r:
+                    async with http.stream("POST", path, json={"content": self.message}) as r:
                         [e async for e in read_events(r)]
                     await self.work_settled()
                 finally:
@@ -653,6 +664,7 @@ class Bench:
     async def run(self, options: Options) -> Report:
         report = Report()
         self.think = options.think
+        self.message = options.message
         self.provider.reset()
         self.provider.responder = plain_reply
         self.round_trips.install()
@@ -672,12 +684,12 @@ class Bench:
             app = create_app(services=self.services)
             async with serve_app(app) as ours:
                 self.worker = app.state.memory_worker
-                first, later = await capture_turn_events(ours)
+                first, later = await capture_turn_events(ours, self.message)
                 report.events_per_turn = len(later)
                 async with serve_app(baseline_app(first, later)) as base:
                     # Warm-up (not measured): first requests, prepared statements, caches.
                     for url in (base, ours):
-                        await self.client.run(url, 2, 3)
+                        await self.client.run(url, 2, 3, message=self.message)
                     report.breakdown = await self.breakdown(ours)
                     servers = [("baseline", base), ("resolveai", ours)]
                     if options.without_event_log:
@@ -1067,6 +1079,10 @@ def main() -> None:
         "--without-event-log", action="store_true",
         help="also run ResolveAI with its event log patched out, in every round (#13's cost)",
     )  # fmt: skip
+    parser.add_argument(
+        "--message", default=MESSAGE,
+        help="what the clients send (default: a question that tells nothing about the user)",
+    )  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="smoke-check size")
     args = parser.parse_args()
     faulthandler.enable()  # a crash in native code (torch, llama.cpp, libpq) says where
@@ -1078,7 +1094,8 @@ def main() -> None:
                           memories=args.memories, memory_clients=min(TARGET_CLIENTS, max(clients)),
                           side_turns=args.side_turns, local=not args.no_local,
                           local_clients=min(TARGET_CLIENTS, max(clients)),
-                          without_event_log=args.without_event_log)  # fmt: skip
+                          without_event_log=args.without_event_log,
+                          message=args.message)  # fmt: skip
     asyncio.run(_main(options))
 
 

@@ -1,8 +1,9 @@
 """The load generator of `bench/turn.py`, run by it in a subprocess so that the clients' own work
 (HTTP, SSE parsing) never runs on the server's event loop it measures.
 
-It reads one JSON command per line on stdin, `{"url": ..., "clients": N, "turns": T, "think": S}`,
-runs N concurrent clients that each send T messages, one after another with S seconds between the
+It reads one JSON command per line on stdin, `{"url": ..., "clients": N, "turns": T, "think": S,
+"message": M}` (M optional: the bench's own question by default), runs N concurrent clients that
+each send T messages (M, numbered), one after another with S seconds between the
 end of a reply and the next message (0: at once), in one chat of their own (the
 first message starts the chat, over `POST /api/messages`; the next go to
 `POST /api/chats/{id}/messages`), and writes one JSON line back: the wall time and, per message,
@@ -29,10 +30,11 @@ MESSAGE = "What is a good name for a small grey cat that likes to sleep on the w
 _numbers = itertools.count()
 
 
-def message_text() -> str:
+def message_text(message: str = MESSAGE) -> str:
     """The bench's message, made distinct (as a person's messages are) so that no turn finds its
-    text's vector already computed by an earlier one."""
-    return f"{MESSAGE} ({next(_numbers)})"
+    text's vector already computed by an earlier one. The number goes first: after a question it
+    would be a sentence of its own, one that may tell something (core/grounding.py)."""
+    return f"({next(_numbers)}) {message}"
 
 
 async def one_turn(
@@ -63,14 +65,16 @@ async def one_turn(
     return result
 
 
-async def one_client(http: httpx.AsyncClient, turns: int, think: float) -> list[dict[str, Any]]:
+async def one_client(
+    http: httpx.AsyncClient, turns: int, think: float, message: str = MESSAGE
+) -> list[dict[str, Any]]:
     results = []
     chat_id = None
     for number in range(turns):
         if think and number:
             await asyncio.sleep(think)
         try:
-            result = await one_turn(http, chat_id, message_text())
+            result = await one_turn(http, chat_id, message_text(message))
         except httpx.HTTPError as error:
             result = {"first": None, "done": None, "end": None, "events": 0,
                       "error": f"{type(error).__name__}: {error}", "chat_id": chat_id}  # fmt: skip
@@ -79,11 +83,15 @@ async def one_client(http: httpx.AsyncClient, turns: int, think: float) -> list[
     return results
 
 
-async def run(url: str, clients: int, turns: int, think: float = 0.0) -> dict[str, Any]:
+async def run(
+    url: str, clients: int, turns: int, think: float = 0.0, message: str = MESSAGE
+) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
         started = time.perf_counter()
-        per_client = await asyncio.gather(*(one_client(http, turns, think) for _ in range(clients)))
+        per_client = await asyncio.gather(
+            *(one_client(http, turns, think, message) for _ in range(clients))
+        )
         wall = time.perf_counter() - started
     return {"wall": wall, "turns": [turn for client in per_client for turn in client]}
 
@@ -93,8 +101,9 @@ def main() -> None:
         if not line.strip():
             continue
         command = json.loads(line)
+        think, message = command.get("think", 0.0), command.get("message", MESSAGE)
         result = asyncio.run(
-            run(command["url"], command["clients"], command["turns"], command.get("think", 0.0))
+            run(command["url"], command["clients"], command["turns"], think, message)
         )
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
