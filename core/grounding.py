@@ -157,9 +157,13 @@ def is_reply_wish(fact: str) -> bool:
     return bool(_REPLY_WISH.search(fact))
 
 
-# Words naming replies in the user's own sentence ("Keep replies short."): a wish need not be put
-# to the other side by "you" or "please".
-_REPLY_WORD = re.compile(r"\b(?:repl(?:y|ies)|answers?|responses?)\b")
+# What makes a request about replies a lasting wish: it names replies ("Keep your answers short.")
+# or asks for good ("Keep it short from now on."). "Can you make it shorter?" is about one reply,
+# and the local model saved it as "The user wants short replies.".
+_LASTING_WISH = re.compile(
+    r"\b(?:repl(?:y|ies)|answers?|responses?|always|never|keep|from now on|in (?:the )?future"
+    r"|going forward|every time|each time)\b"
+)
 
 
 def told_by(fact: str, quote: str) -> bool:
@@ -227,11 +231,9 @@ def _asks(sentence: str) -> bool:
 
 
 def _may_ask_for_replies(sentence: str) -> bool:
-    """Whether `sentence` can be a wish about replies: put to the other side, said of the user
-    ("I prefer short answers."), or naming replies ("Keep replies short.")."""
-    normalized, _ = _normalized(sentence)
-    words = _WORD.findall(normalized)
-    return bool((_ADDRESSED | _FIRST_PERSON).intersection(words) or _REPLY_WORD.search(normalized))
+    """Whether `sentence` can be a lasting wish about replies (`_LASTING_WISH`), put to the other
+    side or not ("Could you always reply in French?", "I prefer short answers.")."""
+    return bool(_LASTING_WISH.search(_normalized(sentence)[0]))
 
 
 def may_tell_about_user(message: str) -> bool:

@@ -813,7 +813,7 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
     assert (statements["memories"], statements["refused"]) == (2, 1)
     assert (requests["with_a_memory"], requests["memories"], requests["refused"]) == (0, 0, 1)
     # Questions with nothing of the user in them ("Is it safe to eat raw eggs?") are not read.
-    assert (statements["not_read"], requests["not_read"]) == (0, 5)
+    assert (statements["not_read"], requests["not_read"]) == (0, 7)
     # Dana's five evidence turns (under the default limit), each alone; the cello one kept.
     assert (locomo["messages"], locomo["with_a_memory"]) == (5, 1)
     # Each message was read after the reply it answers, and with nothing remembered before it.

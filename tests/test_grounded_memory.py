@@ -245,6 +245,9 @@ def test_how_the_user_wants_replies_is_told_by_asking_for_it() -> None:
     assert told_by("The user wants short answers.", "Please keep your answers short.")
     assert told_by("The user wants replies in French.", "Could you always reply in French?")
     assert not told_by("The user wants short answers.", "Please keep your recipes simple.")
+    # A request about one reply is no wish for all of them (`evals memory-statements` kept it).
+    assert not told_by("The user wants short replies.", "Can you make it shorter?")
+    assert told_by("The user wants short replies.", "Keep it short from now on.")
     # Anything else said to the other side is judged as before.
     assert not told_by("The user is doing great.", "Thank you, you're doing great!")
     assert not told_by("The user likes answering questions.", "Can you answer my questions?")
@@ -279,7 +282,9 @@ def test_a_please_puts_the_sentence_to_the_other_side() -> None:
         ("How do I train my new puppy?", True),
         ("Dana.", True),  # an answer to "What's your name?"
         ("Explain how a bicycle gear works.", True),  # a statement: the model decides
-        ("Please be brief.", True),
+        ("Please be brief.", False),  # about the next reply: no lasting wish
+        ("Can you make it shorter?", False),
+        ("Please be brief from now on.", True),
         ("Keep replies short.", True),
         ("Could you answer in French from now on?", True),
         ("Is it far? We live in Porto.", True),
