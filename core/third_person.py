@@ -7,12 +7,16 @@ not about the user: in a keyless trial, three of the four facts of "Hi! I'm Dana
 and I'm allergic to peanuts. I work as a nurse." were lost that way. A sentence whose subject is
 "I" or "my …" is about the user by definition, so it is rewritten rather than refused. Only the
 opening subject and verb change (by rules: a past form stays, "live" becomes "lives", "study"
-"studies"); later "my", "me" and "I" become "their", "them" and "they".
+"studies"); later "my", "me" and "I" become "their", "them" and "they". A wish about replies
+copied as the user asked it ("Please always answer in British English.") is the user's too: "The
+user wants you to always answer in British English.".
 """
 
 from __future__ import annotations
 
 import re
+
+from core.grounding import is_reply_wish
 
 # Openings whose third-person form does not depend on the verb that follows; "" keeps the words
 # after "I" as they are ("I can swim" → "The user can swim").
@@ -74,8 +78,12 @@ def _rest(text: str) -> str:
 
 
 def third_person(fact: str) -> str:
-    """`fact` about "the user" when it speaks as "I" or "my …"; any other fact as it is."""
+    """`fact` about "the user" when it speaks as "I" or "my …", or asks for replies to be a
+    certain way from now on (`_wished`); any other fact as it is."""
     text = fact.strip()
+    wished = _wished(text)
+    if wished is not None:
+        return wished
     match = _WITH_SOMEONE.match(text)
     if match:  # a plural subject: the verb after it stays as it is
         return f"The user and their {match.group(1)}" + _rest(text[match.end() :])
@@ -90,3 +98,20 @@ def third_person(fact: str) -> str:
     adverb, verb = match.group(1), _third_person_verb(match.group(2))
     opening = "The user " + (f"{adverb.lower()} " if adverb else "") + verb
     return opening + _rest(text[match.end() :])
+
+
+# A wish copied as the user put it to the assistant: "Please always answer in British English."
+# (a keyless trial lost it as not about the user), "Keep your answers short.".
+_ASKED = re.compile(r"(?:(?:please|kindly)[\s,]+)?(?P<dont>(?:don['’]t|do not)\s+)?", re.I)
+_LASTING_OPENING = re.compile(r"(?:always|never|keep)\b", re.I)
+
+
+def _wished(text: str) -> str | None:
+    """ "The user wants you to …" for a request about replies put to the assistant that asks for
+    good (opening with "please", "always", "never" or "keep"), else None."""
+    asked = _ASKED.match(text)
+    rest = text[asked.end() :] if asked else text
+    if not rest or (asked.end() == 0 and not _LASTING_OPENING.match(rest)):
+        return None
+    wish = f"The user wants you {'not ' if asked['dont'] else ''}to {rest[0].lower()}{rest[1:]}"
+    return wish if is_reply_wish(wish) else None

@@ -333,8 +333,16 @@ def test_a_name_the_user_greets_or_thanks_is_not_theirs() -> None:
         # The user with someone: seen from the local model, which kept the "I".
         ("My husband and I bought a house.", "The user and their husband bought a house."),
         ("The user's wife and I are both teachers.", "The user and their wife are both teachers."),
+        # A lasting wish about replies, copied as the user asked it (seen in a keyless trial).
+        (
+            "Please always answer in British English.",
+            "The user wants you to always answer in British English.",
+        ),
+        ("Keep your answers short.", "The user wants you to keep your answers short."),
+        ("Please don't use emojis in replies.", "The user wants you not to use emojis in replies."),
         # Not the user speaking: left as it is (and refused as not about the user).
         ("Mystery novels are my favourite.", "Mystery novels are my favourite."),
+        ("Please help me with my essay.", "Please help me with my essay."),  # no wish
         ("The user plays the piano.", "The user plays the piano."),
     ],
 )
@@ -751,6 +759,21 @@ async def test_extraction_cannot_store_what_the_user_did_not_say(
     assert sum(line.startswith("Memory: not saved") for line in lines) == 5
     assert any("not a fact about the user" in line for line in lines)
     assert any("extraction output unusable" in line for line in lines)
+
+
+async def test_a_wish_copied_as_the_user_asked_it_is_kept_as_theirs(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """The local model wrote the user's "Please always answer in British English." as the fact
+    itself, which was refused as not about the user: the wish was lost."""
+    wish = {"op": "add", "fact": "Please always answer in British English.", "sentences": [2]}
+    await tell(client, model, chat_services, "Hi! Please always answer in British English.", wish)
+    assert [(m["content"], m["quote"]) for m in await memories(client)] == [
+        (
+            "The user wants you to always answer in British English.",
+            "Please always answer in British English.",
+        )
+    ]
 
 
 async def test_a_fact_the_user_tells_of_we_is_kept_in_their_words(
