@@ -238,8 +238,8 @@ def _may_ask_for_replies(sentence: str) -> bool:
 
 def may_tell_about_user(message: str) -> bool:
     """Whether any fact could be grounded in `message` (`told_by` accepts none when this is
-    False): a sentence that tells something of the user, or that can ask for a kind of reply.
-    Extraction skips a message that cannot: its model call would store nothing."""
+    False): a sentence that tells something of the user, or that can be a lasting wish about
+    replies. Extraction skips a message that cannot: its model call would store nothing."""
     return any(_said_of_themselves(s) or _may_ask_for_replies(s) for s in split_sentences(message))
 
 
