@@ -149,7 +149,9 @@ def shares_a_word(fact: str, quote: str) -> bool:
 # How the user wants replies, as extraction writes it ("The user wants short replies."). Asked of
 # the other side ("Please keep your answers short."), it is still the user's own wish. Recall
 # gives such memories with every message (core/memory_search.py, which runs it in Postgres).
-REPLY_WISH = r"^the user (wants|prefers|would like|likes)\b.*\b(repl(y|ies)|answers?|responses?)\b"
+REPLY_WORDS = ("reply", "replies", "answer", "answers", "response", "responses")
+_REPLY_WORD = "|".join(REPLY_WORDS)
+REPLY_WISH = rf"^the user (?:wants|prefers|would like|likes)\b.*\b(?:{_REPLY_WORD})\b"
 _REPLY_WISH = re.compile(REPLY_WISH, re.IGNORECASE)
 
 
@@ -161,7 +163,7 @@ def is_reply_wish(fact: str) -> bool:
 # or asks for good ("Keep it short from now on."). "Can you make it shorter?" is about one reply,
 # and the local model saved it as "The user wants short replies.".
 _LASTING_WISH = re.compile(
-    r"\b(?:repl(?:y|ies)|answers?|responses?|always|never|keep|from now on|in (?:the )?future"
+    rf"\b(?:{_REPLY_WORD}|always|never|keep|from now on|in (?:the )?future"
     r"|going forward|every time|each time)\b"
 )
 

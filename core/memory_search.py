@@ -25,7 +25,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from core.grounding import REPLY_WISH
+from core.grounding import REPLY_WISH, REPLY_WORDS
 from core.memory_store import ITERATIVE_SCAN_SQL, MEMORY_COLUMNS, QueryEmbedder, check_embedding
 from core.statements import fetch_all
 
@@ -263,7 +263,7 @@ async def few_memories(
 # about every reply, not about the questions that share its words, so the search would not find
 # it for "How do I merge two dicts?". The words go first (the full-text index): the regular
 # expression alone scanned all of a user's memories, 170 ms at 100k, 0.3 ms with the words.
-REPLY_WORDS = "replies | answers | responses"
+_REPLY_WORDS_QUERY = " | ".join(REPLY_WORDS)
 _REPLY_WISH_SQL = REPLY_WISH.replace(r"\b", r"\y")  # Postgres's word boundary is \y
 
 
@@ -277,7 +277,7 @@ async def reply_wishes(
         " WHERE user_id = %(user)s AND valid_to IS NULL"
         " AND content_words @@ to_tsquery('english', %(words)s) AND content ~* %(wish)s"
         " ORDER BY created_at DESC, memory_id LIMIT %(limit)s",
-        {"user": user_id, "words": REPLY_WORDS, "wish": _REPLY_WISH_SQL, "limit": limit},
+        {"user": user_id, "words": _REPLY_WORDS_QUERY, "wish": _REPLY_WISH_SQL, "limit": limit},
     )
     return [_retrieved(row, None) for row in rows]
 

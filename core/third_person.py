@@ -109,9 +109,10 @@ _LASTING_OPENING = re.compile(r"(?:always|never|keep)\b", re.I)
 def _wished(text: str) -> str | None:
     """ "The user wants you to …" for a request about replies put to the assistant that asks for
     good (opening with "please", "always", "never" or "keep"), else None."""
-    asked = _ASKED.match(text)
-    rest = text[asked.end() :] if asked else text
-    if not rest or (asked.end() == 0 and not _LASTING_OPENING.match(rest)):
+    asked = _ASKED.match(text)  # every part is optional: None only to the type checker
+    opening, dont = (asked.end(), asked["dont"]) if asked else (0, None)
+    rest = text[opening:]
+    if not rest or (opening == 0 and not _LASTING_OPENING.match(rest)):
         return None
-    wish = f"The user wants you {'not ' if asked['dont'] else ''}to {rest[0].lower()}{rest[1:]}"
+    wish = f"The user wants you {'not ' if dont else ''}to {rest[0].lower()}{rest[1:]}"
     return wish if is_reply_wish(wish) else None
