@@ -36,6 +36,7 @@ from core.clock import now_in
 from core.grounding import (
     best_supporting_sentence,
     content_words,
+    is_reply_wish,
     may_tell_about_user,
     numbered_sentences,
     sentence_span,
@@ -189,6 +190,10 @@ async def _apply(
     fact = absolute_dates(fact, now_in(zone, message["sent_at"]).now)
     if _ABOUT_THE_USER.search(fact):
         quote = _quote(text, numbers, fact)
+        if quote is None and is_reply_wish(fact):
+            # Put in the model's words ("The user wants short replies." for "Keep your answers
+            # brief from now on."), a wish may share none with the user's: theirs are the wish.
+            fact, quote = _wish_as_asked(text, numbers) or (fact, None)
         if quote is None:
             _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
             return
@@ -253,6 +258,19 @@ def _quote(text: str, numbers: Any, fact: str) -> str | None:
         # A wrong sentence number: the fact may still be in another sentence, in its words.
         quote = best_supporting_sentence(text, fact)
     return quote
+
+
+def _wish_as_asked(text: str, numbers: Any) -> tuple[str, str] | None:
+    """(wish, sentence) for the first sentence of the message, the cited ones first, that asks
+    for replies to be a certain way from now on, told in the third person (`third_person`)."""
+    sentences = split_sentences(text)
+    cited = [n - 1 for n in numbers if isinstance(n, int)] if isinstance(numbers, list) else []
+    firsts = [sentences[n] for n in cited if 0 <= n < len(sentences)]
+    for sentence in dict.fromkeys(firsts + sentences):
+        wish = third_person(sentence)
+        if is_reply_wish(wish) and told_by(wish, sentence):
+            return wish, sentence
+    return None
 
 
 def _told_of_us(text: str, numbers: Any, fact: str) -> str | None:

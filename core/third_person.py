@@ -114,5 +114,5 @@ def _wished(text: str) -> str | None:
     rest = text[opening:]
     if not rest or (opening == 0 and not _LASTING_OPENING.match(rest)):
         return None
-    wish = f"The user wants you {'not ' if dont else ''}to {rest[0].lower()}{rest[1:]}"
+    wish = f"The user wants you {'not ' if dont else ''}to {rest[0].lower()}{_rest(rest[1:])}"
     return wish if is_reply_wish(wish) else None

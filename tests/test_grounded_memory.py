@@ -340,6 +340,10 @@ def test_a_name_the_user_greets_or_thanks_is_not_theirs() -> None:
         ),
         ("Keep your answers short.", "The user wants you to keep your answers short."),
         ("Please don't use emojis in replies.", "The user wants you not to use emojis in replies."),
+        (
+            "Keep your answers brief, I read them on my phone.",
+            "The user wants you to keep your answers brief, they read them on their phone.",
+        ),
         # Not the user speaking: left as it is (and refused as not about the user).
         ("Mystery novels are my favourite.", "Mystery novels are my favourite."),
         ("Please help me with my essay.", "Please help me with my essay."),  # no wish
@@ -774,6 +778,30 @@ async def test_a_wish_copied_as_the_user_asked_it_is_kept_as_theirs(
             "Please always answer in British English.",
         )
     ]
+
+
+async def test_a_wish_the_model_put_in_other_words_is_kept_in_the_users(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """In a keyless trial the local model read "Keep your answers brief from now on, I read them
+    on my phone." as "The user wants short replies.", which shares no word with it ("short" is
+    not "brief"), so the wish was refused and lost. The user's own sentence is the wish."""
+    said = "Thanks! Keep your answers brief from now on, I read them on my phone."
+    wish = {"op": "add", "fact": "The user wants short replies.", "sentences": [2]}
+    await tell(client, model, chat_services, said, wish)
+    assert [(m["content"], m["quote"]) for m in await memories(client)] == [
+        (
+            "The user wants you to keep your answers brief from now on, they read them on their"
+            " phone.",
+            "Keep your answers brief from now on, I read them on my phone.",
+        )
+    ]
+    # A made-up wish still has no sentence to stand on.
+    await tell(
+        client, model, chat_services, "What is the capital of Peru? Keep it short.",
+        {"op": "add", "fact": "The user wants replies in French.", "sentences": [2]},
+    )  # fmt: skip
+    assert len(await memories(client)) == 1
 
 
 async def test_a_fact_the_user_tells_of_we_is_kept_in_their_words(
