@@ -98,6 +98,10 @@ def plan_models(settings: Settings) -> ModelPlan:
         if missing:
             left_out.append(f"{params['model']} (no {', '.join(missing)})")
             continue
+        if _is_ours(params["model"]):
+            # Free, so declared free: LiteLLM otherwise looks for prices it has not got on every
+            # call, ~1 ms of CPU per message on the keyless default (bench/turn.py's profile).
+            deployment["model_info"] = {**_FREE, **(deployment.get("model_info") or {})}
         model_list.append({**deployment, "litellm_params": params})
         capabilities[params["model"]] = dict(entry.get("capabilities") or {})
 
@@ -141,6 +145,15 @@ def plan_models(settings: Settings) -> ModelPlan:
         if rest:
             plan.fallbacks.append({role: rest})
     return plan
+
+
+_FREE = {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
+
+
+def _is_ours(model: str) -> bool:
+    """Whether `model` runs on a provider of ours (the bundled local model, a test's script)."""
+    provider = model.split("/", 1)[0]
+    return provider == "local" or provider_handler(provider) is not None
 
 
 def _check_provider(model: str, settings: Settings) -> None:
