@@ -24,6 +24,7 @@ from chat.replies import done_event, save_reply
 from chat.state import ChatState, TurnContext, turn_of
 from chat.steps import short_id, step_event
 from chat.summary import FOLD_AT_UNSUMMARISED
+from chat.token_batcher import TokenBatcher
 from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, retrieval_hooks, tool_schemas
 from chat.user_errors import LINKS_UNREAD, note_answer, web_search_failed
@@ -210,6 +211,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     )
     streamed = StreamedMessage()
     shown: list[str] = []
+    shown_to = TokenBatcher(get_stream_writer())
     # A slow model's progress ("Reading your message…") becomes steps; the provider reports it
     # while the stream is read, in this task, so the listener is set around the reading too.
     listener = progress_listener.set(_progress_steps(turn))
@@ -233,7 +235,7 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
                     trim = not text
                 if text:
                     shown.append(text)
-                    reply, separator = _show(reply, separator, text)
+                    reply, separator = _show(shown_to, reply, separator, text)
             if stream.looped:
                 turn.add_note(REPEATING_NOTE)
                 break
@@ -249,12 +251,14 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
             ]
     finally:
         progress_listener.reset(listener)
+        shown_to.flush()
     rest, written_calls = markup.finish()
     if citations:
         rest = citations.feed(rest) + citations.finish()
     if rest:
         shown.append(rest)
-        reply, separator = _show(reply, separator, rest)
+        reply, separator = _show(shown_to, reply, separator, rest)
+        shown_to.flush()
     message = streamed.message()
     tool_calls = message["tool_calls"] + [_tool_call(name, args) for name, args in written_calls]
     content = "".join(shown)
@@ -315,14 +319,10 @@ def _progress_steps(turn: TurnContext) -> Any:
     return step
 
 
-def _show(reply: str, separator: str, text: str) -> tuple[str, str]:
+def _show(to: TokenBatcher, reply: str, separator: str, text: str) -> tuple[str, str]:
     """Stream `text` to the browser after the separator still owed; the new (reply, separator)."""
-    writer = get_stream_writer()
-    if separator:
-        writer({"type": "token", "text": separator})
-        reply = reply + separator
-    writer({"type": "token", "text": text})
-    return reply + text, ""
+    to.add(separator + text)
+    return reply + separator + text, ""
 
 
 def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

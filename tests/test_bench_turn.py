@@ -125,7 +125,8 @@ async def test_bench_runs_every_phase_and_counts_plausibly(
 
     # The embeddings phase embeds; the table shows every row.
     assert report.embed_calls >= OPTIONS.memory_clients * OPTIONS.side_turns
-    assert report.events_per_turn >= 20  # a step, 20 words of reply, done
+    # A step, the 20 words of the reply (handed over at once, so in a few batches), done.
+    assert 3 <= report.events_per_turn <= 15
     table = render(report, OPTIONS)
     assert table.count("| ResolveAI |") == 2 and table.count("**overhead**") == 2
     assert "ResolveAI + embeddings" in table and "while embeddings run" in table
