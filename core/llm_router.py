@@ -99,8 +99,8 @@ def plan_models(settings: Settings) -> ModelPlan:
             left_out.append(f"{params['model']} (no {', '.join(missing)})")
             continue
         if _is_ours(params["model"]):
-            # Free, so declared free: LiteLLM otherwise looks for prices it has not got on every
-            # call, ~1 ms of CPU per message on the keyless default (bench/turn.py's profile).
+            # Free, so declared free: LiteLLM otherwise looks for prices it has not got after
+            # every call, a few ms of CPU each on the keyless default (bench/RESULTS.md).
             deployment["model_info"] = {**_FREE, **(deployment.get("model_info") or {})}
         model_list.append({**deployment, "litellm_params": params})
         capabilities[params["model"]] = dict(entry.get("capabilities") or {})
