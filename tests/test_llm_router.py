@@ -47,8 +47,8 @@ def test_all_keys_give_hosted_models_with_fallbacks() -> None:
 def test_models_of_ours_are_declared_free_and_hosted_ones_keep_their_prices(
     tmp_path: Path,
 ) -> None:
-    """Without prices, LiteLLM searched its cost map for the local model's on every call (~1-2 ms
-    of CPU each, by a cProfile of scripted calls): ours are free, so they say so."""
+    """Without prices, LiteLLM searched its cost map for the local model's after every call (a few
+    ms of CPU each, bench/RESULTS.md): ours are free, so they say so."""
     settings = load_settings(_env_file=None, groq_api_key="g")
     info = {
         d["litellm_params"]["model"]: d.get("model_info") for d in plan_models(settings).model_list
