@@ -8,7 +8,7 @@
 What runs: the real app (`server.create_app`) on uvicorn in this process's event loop, on the real
 database (embedded Postgres in a temporary data folder) and the real embedder, with every model role
 on the scripted model (`tests/scripted_model.py`) answering at once: a 20-word reply, streamed word
-by word with no delay (the server sends the words on in a few batches, chat/token_batcher.py), so
+by word with no delay (the server sends the words on in a few batches, core/token_batcher.py), so
 whatever time a turn takes is the server's. The clients run in a
 subprocess (`bench/turn_client.py`, httpx), so their work never runs on the loop being measured.
 Each client sends its messages (`--message`, by default a question that tells nothing about the

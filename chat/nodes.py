@@ -24,7 +24,6 @@ from chat.replies import done_event, save_reply
 from chat.state import ChatState, TurnContext, turn_of
 from chat.steps import short_id, step_event
 from chat.summary import FOLD_AT_UNSUMMARISED
-from chat.token_batcher import TokenBatcher
 from chat.tool_markup import ToolCallStreamFilter
 from chat.tools import TOOLS_BY_NAME, available_tool_names, retrieval_hooks, tool_schemas
 from chat.user_errors import LINKS_UNREAD, note_answer, web_search_failed
@@ -33,6 +32,7 @@ from core.model_progress import progress_listener, reading_what
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
 from core.repetition import REPEATING_NOTE, Unlooped
+from core.token_batcher import TokenBatcher
 from core.tracing import span, trace_metadata
 from rag.citations import SupportCitations
 from rag.link_reader import links_in
@@ -211,7 +211,8 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     )
     streamed = StreamedMessage()
     shown: list[str] = []
-    shown_to = TokenBatcher(get_stream_writer())
+    writer = get_stream_writer()
+    shown_to = TokenBatcher(lambda text: writer({"type": "token", "text": text}))
     # A slow model's progress ("Reading your message…") becomes steps; the provider reports it
     # while the stream is read, in this task, so the listener is set around the reading too.
     listener = progress_listener.set(_progress_steps(turn))

@@ -158,8 +158,7 @@ def _is_ours(model: str) -> bool:
 
 def _check_provider(model: str, settings: Settings) -> None:
     provider = model.split("/", 1)[0]
-    known = provider in litellm.provider_list or provider == "local"
-    if not known and provider_handler(provider) is None:
+    if provider not in litellm.provider_list and not _is_ours(model):
         raise StartupError(
             f"Unknown model provider {provider!r} in MODELS_CONFIG ({settings.models_config}): "
             "use one of LiteLLM's providers (openai/, groq/, gemini/, ollama/, …) or local/"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.prompts import source_blocks, web_answer_request
 from core.repetition import REPEATING_NOTE, Unlooped
+from core.token_batcher import TokenBatcher
 from core.tracing import span
 from rag.chunk_judge import check_evidence
 from rag.citations import SupportCitations
@@ -186,12 +187,16 @@ class WebSearchRound:
         self.answered(stream)
         citations = SupportCitations({s.n: "\n".join(s.texts) for s in sources})
         shown: list[str] = []
+        shown_to = TokenBatcher(self.token)
         unlooped = Unlooped(stream)
-        async for chunk in unlooped:
-            piece = chunk.choices[0].delta.content if chunk.choices else None
-            if piece and (text := citations.feed(piece)):
-                shown.append(text)
-                self.token(text)
+        try:
+            async for chunk in unlooped:
+                piece = chunk.choices[0].delta.content if chunk.choices else None
+                if piece and (text := citations.feed(piece)):
+                    shown.append(text)
+                    shown_to.add(text)
+        finally:
+            shown_to.flush()  # before the step below, and what streamed before a failure
         if unlooped.looped:
             self.step(REPEATING_NOTE)
         if rest := citations.finish():

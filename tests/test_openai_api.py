@@ -170,7 +170,7 @@ async def test_streaming_sends_chunks_then_the_usage(
     texts = [
         c.choices[0].delta.content for c in chunks[1:] if c.choices and c.choices[0].delta.content
     ]
-    # The first piece at once, the rest as they came together (chat/token_batcher.py).
+    # The first piece at once, the rest as they came together (core/token_batcher.py).
     assert texts[0] == "Hello" and "".join(texts) == "Hello from Lisbon!"
     finish = chunks[-2]
     assert finish.choices[0].finish_reason == "stop" and finish.usage is None

@@ -1,23 +1,19 @@
 """A reply's text in batches: chunks a fast model hands over together go out as one token event,
-a slow model's one by one, and none waits longer than BATCH_SECONDS (chat/token_batcher.py)."""
+a slow model's one by one, and none waits longer than BATCH_SECONDS (core/token_batcher.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from chat.token_batcher import BATCH_SECONDS, TokenBatcher
+from core.token_batcher import BATCH_SECONDS, TokenBatcher
 from tests.chat_client import messages_of, send
 
 
 def batcher() -> tuple[TokenBatcher, list[str]]:
     written: list[str] = []
 
-    def write(event: dict[str, Any]) -> None:
-        assert event["type"] == "token"
-        written.append(event["text"])
-
-    return TokenBatcher(write), written
+    return TokenBatcher(written.append), written
 
 
 async def test_chunks_that_come_together_go_out_together() -> None:

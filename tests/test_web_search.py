@@ -420,3 +420,18 @@ async def test_a_forced_search_the_model_ignored_saves_what_streamed(client, mod
     saved = (await client.get(f"/api/chats/{events[0]['chat_id']}/messages")).json()[1]
     assert saved["content"] == answer_text(events)
     assert saved["content"].endswith("Packet switching groups data into packets [1].")
+
+
+async def test_a_web_answer_that_comes_at_once_streams_in_few_events_and_is_saved_whole(
+    client, model
+) -> None:
+    chunks = [f"Warsaw fact {n}[1]. " for n in range(40)]
+    model.push(search("Warsaw facts"), verdict(True, "The facts are stated."), {"chunks": chunks})
+    events = await send(client, "Tell me forty facts about Warsaw.")
+    tokens = [e["text"] for e in events if e["type"] == "token"]
+    assert "".join(tokens) == "".join(chunks)
+    assert len(tokens) < len(chunks) / 4  # not one event per chunk (core/token_batcher.py)
+    kinds = [e["type"] for e in events]
+    assert kinds.index("sources") < kinds.index("token")
+    saved = (await client.get(f"/api/chats/{events[0]['chat_id']}/messages")).json()[1]
+    assert saved["content"] == "".join(chunks).strip()  # what streamed is what is saved

@@ -14,17 +14,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 # Shorter than a frame the eye tells apart; long enough to gather a burst of chunks.
 BATCH_SECONDS = 0.03
 
 
 class TokenBatcher:
-    """Collects text for `write` (a token event's writer: LangGraph's stream writer, which may be
-    called from a loop callback); `flush()` sends what is left, at the end of the text."""
+    """Collects text for `write` (what sends a token event: through LangGraph's stream writer,
+    which may be called from a loop callback); `flush()` sends what is left, at the end of the
+    text and before any other event, which must not overtake it."""
 
-    def __init__(self, write: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, write: Callable[[str], None]) -> None:
         self._write = write
         self._pending: list[str] = []
         self._sent_at = float("-inf")
@@ -48,4 +48,4 @@ class TokenBatcher:
         if self._pending:
             text, self._pending = "".join(self._pending), []
             self._sent_at = time.monotonic()
-            self._write({"type": "token", "text": text})
+            self._write(text)
