@@ -4,15 +4,17 @@ and that file (or a ChatGPT conversations.json, core/chatgpt_import.py) imported
 **The export file** (`FORMAT`, `VERSION`): `chats`, each with every message of its tree (not only
 the branch shown: `parent_id`, `reply_to`, `versions` and `chosen_at` keep the versions), the
 `memories` with their quotes and evidence (`message_id`, `chat_id`) and history, the documents'
-metadata (not their bytes) and the preferences. Vectors are left out: the import embeds again,
-with whatever model the server runs.
+metadata (not their bytes; each message names the files it was sent with, `document_ids`) and
+the preferences. Vectors are left out: the import embeds again, with whatever model the server
+runs.
 
 **The import** is one transaction, under a per-user lock (two imports of one user's queue): a file
 is written whole or not at all. It is idempotent: rows keep the ids the file gives them, unless an
 id is taken by another user's row; then (and only then) the row gets an id derived from the user
 and the original one (uuid5). So importing a file again finds every chat and memory already there
 (under either id) and skips it. A chat is skipped or imported whole: messages are not merged into
-a chat that exists. Documents are not imported (their bytes are not in the file). A memory's
+a chat that exists. Documents are not imported (their bytes are not in the file): a message
+keeps the files it was sent with that are the user's on this server, and no other. A memory's
 quote must still be found in its source message, as for any memory; one whose source is not in
 the file keeps no evidence link. Imported messages are not read for new memories.
 
@@ -69,7 +71,8 @@ ESCAPED_UNSTORABLE = re.compile(r"\\u(?:0000|d[89a-f][0-9a-f]{2})", re.IGNORECAS
 
 _MESSAGE_EXPORT_COLUMNS = (
     "m.message_id, m.parent_id, m.reply_to, m.role, m.content, m.status, m.sources, m.steps,"
-    " m.tool_calls, m.error, m.memory_ids, m.sent_at, m.chosen_at, m.model, m.notes"
+    " m.tool_calls, m.error, m.memory_ids, m.sent_at, m.chosen_at, m.model, m.notes,"
+    " m.document_ids"
 )
 
 
@@ -106,6 +109,7 @@ class MessageRecord(_Record):
     chosen_at: AwareDatetime | None = None
     model: str | None = Field(None, max_length=500)  # the deployment that wrote a reply
     notes: list[str] = []  # shown with the reply ("answered with the local model")
+    document_ids: list[uuid.UUID] = []  # the files it was sent with (metadata in `documents`)
 
 
 class ChatRecord(_Record):
@@ -756,6 +760,14 @@ async def _write_chats(
             for c in chats
         ],
     )
+    # The files messages were sent with, when they are the user's: back on the server they
+    # came from (documents are not imported), never another user's.
+    named = list({i for c in chats for m in c.messages for i in m.document_ids})
+    await cur.execute(
+        "SELECT document_id FROM documents WHERE user_id = %s AND document_id = ANY(%s)",
+        (user_id, named),
+    )
+    theirs = {row["document_id"] for row in await cur.fetchall()}
     rows = []
     for chat in chats:
         for m in _ordered(chat.messages, chat.title):
@@ -779,12 +791,14 @@ async def _write_chats(
                     m.chosen_at,
                     m.model,
                     Jsonb(m.notes),
+                    [i for i in m.document_ids if i in theirs],
                 )
             )
     await cur.executemany(
         "INSERT INTO messages (message_id, chat_id, role, content, status, sources, steps,"
-        " tool_calls, error, memory_ids, reply_to, parent_id, sent_at, chosen_at, model, notes)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        " tool_calls, error, memory_ids, reply_to, parent_id, sent_at, chosen_at, model, notes,"
+        " document_ids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s)",
         rows,
     )
     return len(rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import uuid
 import zipfile
@@ -574,3 +575,36 @@ async def test_chunks_stored_before_partitioning_are_kept_and_found(
         assert [c.document_id for c in found] == [document]
     finally:
         await pool.close()
+
+
+async def test_the_files_sent_with_a_message_are_exported_and_imported_with_it(
+    client: httpx.AsyncClient, model: ScriptedProvider
+) -> None:
+    """The export names the files each message was sent with (their metadata is in the file's
+    `documents`); an import links again those that are the user's, and drops any other id."""
+    tag = uuid.uuid4().hex[:8]
+    text = f"# {tag}\n\nThe key is under the mat.\n"
+    sent = await upload(client, f"{tag}-notes.md", text.encode())
+    document = await processed(client, sent.json()["document_id"])
+    model.push({"text": "Under the mat."})
+    events = await send(client, "Where is the key?", document_ids=[document["document_id"]])
+    chat_id = next(e["chat_id"] for e in events if e["type"] == "chat")
+    exported = (await client.get(f"/api/chats/{chat_id}/export?format=json")).json()
+    question = exported["chats"][0]["messages"][0]
+    assert question["document_ids"] == [document["document_id"]]
+    assert exported["chats"][0]["messages"][1]["document_ids"] == []
+
+    assert (await client.delete(f"/api/chats/{chat_id}")).status_code == 204
+    stranger = str(uuid.uuid4())  # no document of this user's (another user's, or none)
+    question["document_ids"].append(stranger)
+    files = {"file": ("chat.json", json.dumps(exported).encode(), "application/json")}
+    response = await client.post("/api/import", files=files)
+    assert response.status_code == 200, response.text
+    shown = (await client.get(f"/api/chats/{chat_id}/messages")).json()[0]
+    assert shown["documents"] == [
+        {"document_id": document["document_id"], "filename": f"{tag}-notes.md"}
+    ]
+    again = (await client.get(f"/api/chats/{chat_id}/export?format=json")).json()
+    assert again["chats"][0]["messages"][0]["document_ids"] == [document["document_id"]]
+    await client.delete(f"/api/chats/{chat_id}")
+    await client.delete(f"/api/documents/{document['document_id']}")
