@@ -598,6 +598,70 @@ async def test_a_document_being_read_shows_its_progress_and_can_be_cancelled(
     assert next(d for d in documents if d["filename"] == name)["status"] == "cancelled"
 
 
+async def test_a_message_sent_while_its_file_is_read_waits_for_it(
+    ui: UI,  # noqa: F811
+    model: ScriptedProvider,
+) -> None:
+    """A keyless trial: a PDF attached, "Summarize this." sent at once. The file was still being
+    embedded, so the message went without it ("I don't have any information about what you want
+    me to summarize") and the file went with the next one. A message now waits for its files."""
+    page = ui.page
+    tag = uuid.uuid4().hex[:8]
+    name = f"{tag}-almanac.pdf"
+    await ui.open()
+    await page.locator("#attach-input").set_input_files(
+        {"name": name, "mimeType": "application/pdf", "buffer": long_pdf(tag, pages=20)}
+    )
+    attached = chip(page, name)
+    await expect(attached).to_be_visible()
+    calls = len(model.calls)
+    model.push({"text": "Tide tables and harbour notes."})
+    await ui.send("Summarize this.")
+    note = page.locator("#send-note")
+    await expect(note).to_have_text(f"Sends when {name} is read")
+    await expect(page.locator("#composer-input")).to_have_value("Summarize this.")
+    await expect(page.locator(".msg-user")).to_have_count(0)
+    await ui.shot("desktop-light-message-waits-for-file")
+
+    reply = ui.assistant()
+    await expect(reply).to_have_attribute("data-status", "complete", timeout=READY_MS)
+    await expect(note).to_be_hidden()
+    await expect(page.locator("#composer-input")).to_have_value("")
+    await expect(page.locator(".attachment")).to_have_count(0)
+    await expect(page.locator(".msg-user").last.locator(".msg-files a.msg-file")).to_have_text(name)
+    assert len(model.calls) == calls + 1
+    assert "Tide table 1, harbour notes." in model.calls[-1]["messages"][-1]["content"]
+    check_clean(ui)
+
+
+async def test_a_waiting_message_whose_file_cannot_be_read_is_not_sent(
+    ui: UI,  # noqa: F811
+) -> None:
+    page = ui.page
+    name = f"{uuid.uuid4().hex[:8]}-locked.pdf"
+    await ui.open()
+    uploaded = asyncio.Event()
+
+    async def after_the_message(route: Any) -> None:  # the upload ends after the message is sent
+        await uploaded.wait()
+        await route.continue_()
+
+    await page.route("**/api/documents", after_the_message)
+    await page.locator("#attach-input").set_input_files(
+        {"name": name, "mimeType": "application/pdf", "buffer": ENCRYPTED_PDF.read_bytes()}
+    )
+    await ui.send("What does it say?")
+    note = page.locator("#send-note")
+    await expect(note).to_have_text(f"Sends when {name} is read")
+    uploaded.set()
+    await expect(chip(page, name)).to_have_class(re.compile(r"\bfailed\b"), timeout=READY_MS)
+    await expect(note).to_have_text(f"{name} could not be read: send again to send without it")
+    await expect(page.locator("#composer-input")).to_have_value("What does it say?")
+    await expect(page.locator(".msg-user")).to_have_count(0)
+    await page.unroute("**/api/documents")
+    check_clean(ui)
+
+
 # --- signed in (AUTH_MODE=password) -----------------------------------------------------------
 
 DORA_NOTES = (

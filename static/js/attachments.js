@@ -12,8 +12,10 @@ import { announce, el, icon } from "./dom.js";
 const POLL_MS = 1000;
 
 /** `chatId()`: the chat shown (null on the new-chat draft), which an upload is attached to;
- *  `onChange()`: a document was added or changed state (the Documents page may show it). */
-export function createAttachments({ chatId = () => null, onChange = () => {} } = {}) {
+ *  `onChange()`: a document was added or changed state (the Documents page may show it);
+ *  `onState({reading, failed, cleared})`: the names of the chips still busy, and of those that
+ *  failed (`cleared`: all were dropped for another chat). */
+export function createAttachments({ chatId = () => null, onChange = () => {}, onState = () => {} } = {}) {
   const list = document.getElementById("attachments");
   const button = document.getElementById("attach");
   const input = document.getElementById("attach-input");
@@ -43,16 +45,22 @@ export function createAttachments({ chatId = () => null, onChange = () => {} } =
     for (const file of files) upload(file, target);
   }
 
-  function sync() {
+  function sync(cleared = false) {
     list.hidden = chips.size === 0;
+    const named = (test) => [...chips].filter(test).map((chip) => chip.filename);
+    onState({ reading: named((chip) => chip.busy), failed: named((chip) => chip.failed), cleared });
   }
 
   function upload(file, target) {
-    const chip = new Chip(file.name, (gone) => {
-      chips.delete(gone);
-      sync();
-      box.focus();
-    });
+    const chip = new Chip(
+      file.name,
+      (gone) => {
+        chips.delete(gone);
+        sync();
+        box.focus();
+      },
+      sync,
+    );
     chips.add(chip);
     list.append(chip.root);
     sync();
@@ -76,10 +84,10 @@ export function createAttachments({ chatId = () => null, onChange = () => {} } =
     /** Another chat is shown: its composer starts without chips. */
     clear() {
       for (const chip of [...chips]) chip.remove();
+      sync(true);
     },
-    /** A message is sent: the documents read by then go with it (returned as `{document_id,
-     *  filename}`, for the reply to read them); those still being read (or uploaded) stay in view
-     *  for the next one. */
+    /** A message is sent: the documents read go with it (returned as `{document_id, filename}`,
+     *  for the reply to read them); a message waits while any is being read (composer.js). */
     sent() {
       const going = [];
       for (const chip of [...chips]) {
@@ -93,11 +101,13 @@ export function createAttachments({ chatId = () => null, onChange = () => {} } =
 }
 
 class Chip {
-  constructor(filename, onRemoved) {
+  constructor(filename, onRemoved, onUpdated) {
     this.filename = filename;
     this.onRemoved = onRemoved;
+    this.onUpdated = onUpdated;
     this.existing = false;
     this.busy = true;
+    this.failed = false;
     this.timer = 0;
     this.removed = false;
     this.name = el("span", { class: "attachment-name", text: filename, title: filename });
@@ -134,18 +144,22 @@ class Chip {
       this.progress.max = state.total;
       this.progress.value = state.done;
     }
+    this.failed = state.kind === "failed";
     this.root.className = `attachment ${state.kind}`;
     this.root.dataset.status = doc.status;
     this.root.dataset.documentId = doc.document_id;
+    this.onUpdated();
   }
 
   failUpload(message) {
     this.busy = false;
+    this.failed = true;
     this.status.textContent = message;
     this.status.setAttribute("role", "alert");
     this.progress.hidden = true;
     this.root.className = "attachment failed";
     this.root.dataset.status = "rejected";
+    this.onUpdated();
   }
 
   /** Ask for the document's status every second until it is read (or fails). */

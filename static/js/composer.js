@@ -1,5 +1,6 @@
 // The message box: Enter sends, Shift+Enter adds a line, it grows with its text, the "Use web
 // tool" and "Research" boxes sit next to Send, and Send turns into Stop while a reply streams.
+// A message sent while files attached to it are still being read waits for them, in the box.
 
 const NEAR_LIMIT = 0.9; // show the character count from 90 % of the limit on
 
@@ -14,10 +15,13 @@ export function createComposer({ onSend, onStop }) {
   const research = document.getElementById("research-mode");
   const researchToggle = document.getElementById("research-toggle");
   const count = document.getElementById("char-count");
+  const note = document.getElementById("send-note");
   let maxChars = 32000;
   let busy = false;
   let loading = false; // a chat is being opened: what is sent now would land in the wrong place
-  let pending = false; // sent while the chat opened: it goes once the chat is shown (`sendPending`)
+  let pending = false; // sent while the chat opened or its files were read: it goes after
+  let reading = []; // names of the attached files still being uploaded or read
+  let unread = ""; // why a message that waited for its files was not sent
   // `field-sizing: content` (CSS) grows the box where supported; elsewhere we size it by hand.
   const manualGrow = !(window.CSS && CSS.supports("field-sizing", "content"));
 
@@ -36,6 +40,9 @@ export function createComposer({ onSend, onStop }) {
       : `${length.toLocaleString()} / ${maxChars.toLocaleString()}`;
     count.classList.toggle("over", over);
     send.disabled = busy || loading || !input.value.trim() || over;
+    const waiting = pending && reading.length > 0;
+    note.textContent = waiting ? `Sends when ${reading.join(", ")} ${reading.length > 1 ? "are" : "is"} read` : unread;
+    note.hidden = !note.textContent;
     send.hidden = busy;
     stop.hidden = !busy;
   }
@@ -43,8 +50,10 @@ export function createComposer({ onSend, onStop }) {
   function submit() {
     const text = input.value;
     if (busy || !text.trim() || text.length > maxChars) return;
-    if (loading) {
+    unread = "";
+    if (loading || reading.length) {
       pending = true; // kept in the box until then
+      refresh();
       return;
     }
     pending = false;
@@ -66,6 +75,7 @@ export function createComposer({ onSend, onStop }) {
     }
   });
   input.addEventListener("input", () => {
+    unread = "";
     grow();
     refresh();
   });
@@ -107,6 +117,24 @@ export function createComposer({ onSend, onStop }) {
       loading = value;
       if (value) pending = false; // another chat opens: the message was not meant for it
       form.setAttribute("aria-busy", String(value)); // (tests wait on it before typing)
+      refresh();
+    },
+    /** The attached files: `reading`, the names of those still being uploaded or read; `failed`,
+     *  of those that could not be. A message waiting for them goes when none is left to read,
+     *  unless one failed: then it stays in the box, and sending again sends it without. Files
+     *  `cleared` for another chat: the message was not meant for it, and stays in the box. */
+    setAttachments({ reading: names, failed, cleared = false }) {
+      if (cleared) pending = false;
+      const waited = pending && reading.length > 0;
+      reading = names;
+      if (waited && !reading.length) {
+        if (failed.length) {
+          pending = false;
+          unread = `${failed.join(", ")} could not be read: send again to send without ${failed.length > 1 ? "them" : "it"}`;
+        } else {
+          submit();
+        }
+      }
       refresh();
     },
     /** The opened chat is on screen: send what was sent while it loaded (if it still can go). */

@@ -62,6 +62,7 @@ const chatShown = () => main.dataset.view === "chat";
 const attachments = createAttachments({
   chatId: () => chat.chatId,
   onChange: () => documentsPage.reload(),
+  onState: (state) => composer.setAttachments(state),
 });
 const composer = createComposer({
   onSend: (text, useWeb, mode) => {
