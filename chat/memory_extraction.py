@@ -31,8 +31,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from chat.memory_forget import asked_to_forget
 from core import chat_store, memory_store, tracing
 from core.clock import now_in
+from core.forget_requests import forget_requests
 from core.grounding import (
     best_supporting_sentence,
     content_words,
@@ -165,8 +167,12 @@ async def _extract(
         log.warning("Memory: extraction output unusable, nothing saved (%s)", error)
         result.refused.append(f"bad output: {error}")
         return
+    # Asked since to have forgotten (while the message waited, or the model read it): the facts
+    # are not saved at all. Looked up once the model has answered, just before saving.
+    since = await chat_store.said_since(pool, message["user_id"], message["sent_at"])
+    forgotten = [what for later in since for what in forget_requests(later)]
     for operation in operations:
-        await _apply(services, message, operation, known, result)
+        await _apply(services, message, operation, known, result, forgotten)
 
 
 async def _apply(
@@ -175,9 +181,11 @@ async def _apply(
     operation: dict[str, Any],
     known: list[RetrievedMemory],
     result: ExtractionResult,
+    forgotten: list[str],
 ) -> None:
     """One operation of the model's on the user's memories (`message`: the user message read,
-    as `chat_store.user_message_in_context` gives it; `known`: the memories it was shown)."""
+    as `chat_store.user_message_in_context` gives it; `known`: the memories it was shown;
+    `forgotten`: what the user asked since to have forgotten)."""
     pool, embedder = services.database.pool, services.embedder
     message_id, text = message["message_id"], message["content"]
     kind, fact = operation.get("op"), operation.get("fact")
@@ -204,6 +212,9 @@ async def _apply(
             return
         # The model's "they" may be anyone; the user's own sentence says who.
         fact = f'The user said: "{quote}"'
+    if forgotten and (request := await asked_to_forget(embedder, fact, forgotten)):
+        _refuse(result, fact, f"the user asked since to forget {request!r}")
+        return
     target = _known_memory(operation.get("memory"), known)
     like = memory_store.SUPERSEDE_SIMILARITY
     if target is None:
@@ -231,7 +242,7 @@ async def _apply(
     except memory_store.Unlike as error:
         # The model named the wrong memory: the fact is still the user's, the memory stays.
         log.info("Memory: %r is unlike the memory it names (%s), saved as a new one", fact, error)
-        await _apply(services, message, {**operation, "op": "add"}, known, result)
+        await _apply(services, message, {**operation, "op": "add"}, known, result, forgotten)
         return
     except (memory_store.NotGrounded, ValueError) as error:
         _refuse(result, fact, str(error))

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from chat.state import TurnContext
 from chat.steps import short_id, step_event
-from core import memory_store
-from core.forget_requests import forget_requests
-from core.grounding import shares_a_word
+from core import memory_jobs, memory_store
+from core.forget_requests import asks_to_forget, forget_requests
+from core.grounding import shares_a_word, statements_of_themselves
 from core.memory_search import RetrievedMemory, retrieve_memories
 from core.third_person import third_person
 
@@ -33,6 +35,7 @@ log = logging.getLogger("resolveai.memory")
 FORGET_SIMILARITY = 0.5
 FORGET_MARGIN = 0.1
 CANDIDATES = 5
+QUEUED_LOOKED_AT = 10  # the user's messages not read yet: a few, on the local model
 
 
 async def forget_what_is_asked(turn: TurnContext, text: str) -> list[str]:
@@ -65,6 +68,17 @@ async def forget_what_is_asked(turn: TurnContext, text: str) -> list[str]:
             step_event(turn, f"Forgot {forgotten}")
             # A small model may still answer otherwise: the note under the reply says it plainly.
             turn.add_note(f"Forgotten, as you asked: {forgotten}")
+        elif await _not_yet_saved(turn, request):
+            # Said in a message extraction has not read yet: its facts will not be saved
+            # (`asked_to_forget`), so it is forgotten all the same.
+            log.info("Memory: %r is in a message not read yet, it will not be saved (chat %s)",
+                     request, short_id(turn.chat_id))  # fmt: skip
+            lines.append(
+                f'You have forgotten "{request}": it will not be remembered, because the user '
+                "asked. Confirm this in one sentence."
+            )
+            step_event(turn, f'Forgot "{request}"')
+            turn.add_note(f'Forgotten, as you asked: "{request}" (it had not been saved yet)')
         else:
             log.info("Memory: nothing matches %r, nothing forgotten (chat %s)",
                      request, short_id(turn.chat_id))  # fmt: skip
@@ -77,6 +91,46 @@ async def forget_what_is_asked(turn: TurnContext, text: str) -> list[str]:
                 "I remember."
             )
     return lines
+
+
+async def _not_yet_saved(turn: TurnContext, request: str) -> bool:
+    """Whether a message of the user's not read for memories yet says something of themselves
+    that shares a word with the request."""
+    queued = await memory_jobs.queued_messages(
+        turn.services.database.pool, user_id=turn.user_id, other_than_chat=None,
+        limit=QUEUED_LOOKED_AT,
+    )  # fmt: skip
+    return any(names(request, m.content) for m in queued)
+
+
+def names(request: str, message: str) -> list[str]:
+    """The sentences of `message` in which the user tells of themselves something `request`
+    (what they asked to have forgotten) may name: those sharing a word with it."""
+    query = third_person(request)
+    return [
+        s
+        for s in statements_of_themselves(message)
+        if not asks_to_forget(s) and shares_a_word(query, third_person(s))
+    ]
+
+
+async def asked_to_forget(
+    embedder: memory_store.Embedder, fact: str, requests: list[str]
+) -> str | None:
+    """Which of `requests` (what the user asked to have forgotten, after the message `fact` was
+    read from) names `fact`, by the rule that picks the memories a request deletes; None if
+    none does. The request may have come before the fact was saved: it holds all the same."""
+    for request in requests:
+        query = third_person(request)
+        if not shares_a_word(query, fact):
+            continue
+        asked = np.asarray(await embedder.embed_query(query))
+        told = np.asarray((await embedder.embed_documents([fact]))[0])
+        if float(asked @ told) / float(np.linalg.norm(asked) * np.linalg.norm(told)) >= (
+            FORGET_SIMILARITY
+        ):
+            return request
+    return None
 
 
 async def _memories_named(turn: TurnContext, request: str) -> list[RetrievedMemory]:

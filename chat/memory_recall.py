@@ -30,14 +30,15 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chat.memory_forget import forget_what_is_asked
+from chat.memory_forget import forget_what_is_asked, names
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
 from core import memory_jobs
-from core.forget_requests import asks_to_forget
+from core.forget_requests import asks_to_forget, forget_requests
 from core.grounding import statements_of_themselves
 from core.memory_jobs import QueuedMessage
 from core.memory_search import RetrievedMemory, few_memories, reply_wishes, retrieve_memories
@@ -145,7 +146,7 @@ async def recall_memories(turn: TurnContext, text: str) -> Recalled:
             break
         kept.append(memory)
         used += len(memory.content)
-    said = said_lines(queued)
+    said = said_lines(queued, forget_requests(text))
     log.info(
         "Memory: recalled %d%s for chat %s (%d ms)",
         len(kept),
@@ -191,15 +192,19 @@ async def _memories_for(turn: TurnContext, text: str) -> tuple[list[RetrievedMem
     return [*wishes, *rest][:RECALL_LIMIT], False
 
 
-def said_lines(queued: list[QueuedMessage]) -> list[str]:
+def said_lines(queued: list[QueuedMessage], forgotten: Sequence[str] = ()) -> list[str]:
     """Prompt lines of what the user said of themselves in `queued` (newest first), at most
-    `QUEUED_CHARS` of their words in all: a longer message is cut at a word."""
+    `QUEUED_CHARS` of their words in all: a longer message is cut at a word. Not what this
+    message asks to have `forgotten`."""
     lines: list[str] = []
     room = QUEUED_CHARS
     for message in queued:
+        unsaid = {s for request in forgotten for s in names(request, message.content)}
         # A request to forget tells nothing to go by (it was taken for the fact it names).
         told = " ".join(
-            s for s in statements_of_themselves(message.content) if not asks_to_forget(s)
+            s
+            for s in statements_of_themselves(message.content)
+            if not asks_to_forget(s) and s not in unsaid
         )
         if not told or room < MIN_SAID_CHARS:
             continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -596,3 +597,22 @@ async def user_message_in_context(db: Db, message_id: uuid.UUID) -> dict[str, An
         " WHERE m.message_id = %s AND m.role = 'user'",
         (message_id,),
     )
+
+
+# How many of a user's later messages an extraction looks at for requests to forget: those sent
+# while the message waited to be read (on the local model, behind the replies: a few).
+LATER_REQUESTS = 20
+
+
+async def said_since(db: Db, user_id: uuid.UUID, after: datetime) -> list[str]:
+    """The user's messages sent after `after` (outside temporary chats) that may ask to forget
+    something: those that speak of forgetting or memory (core/forget_requests.py tells which
+    do), oldest first."""
+    rows = await fetch_all(
+        db,
+        "SELECT m.content FROM messages AS m JOIN chats AS c USING (chat_id)"
+        " WHERE c.user_id = %s AND NOT c.temporary AND m.role = 'user' AND m.sent_at > %s"
+        " AND m.content ~* '(forget|remember|memor)' ORDER BY m.sent_at LIMIT %s",
+        (user_id, after, LATER_REQUESTS),
+    )
+    return [row["content"] for row in rows]

@@ -50,15 +50,15 @@ class QueuedMessage:
 
 
 async def queued_messages(
-    db: Db, *, user_id: uuid.UUID, other_than_chat: uuid.UUID, limit: int
+    db: Db, *, user_id: uuid.UUID, other_than_chat: uuid.UUID | None, limit: int
 ) -> list[QueuedMessage]:
     """The user's newest `limit` messages still queued (or being extracted), newest first, from
-    chats other than `other_than_chat` (whose history holds its own)."""
+    chats other than `other_than_chat` (whose history holds its own; None: from every chat)."""
     rows = await fetch_all(
         db,
         "SELECT m.content, m.sent_at FROM memory_jobs j"
         " JOIN chats c ON c.chat_id = j.chat_id JOIN messages m ON m.message_id = j.message_id"
-        " WHERE c.user_id = %s AND j.chat_id <> %s ORDER BY m.sent_at DESC LIMIT %s",
+        " WHERE c.user_id = %s AND j.chat_id IS DISTINCT FROM %s ORDER BY m.sent_at DESC LIMIT %s",
         (user_id, other_than_chat, limit),
     )
     return [QueuedMessage(**row) for row in rows]

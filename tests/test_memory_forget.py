@@ -5,6 +5,7 @@ refreshed the memory, quoting the request)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import httpx
@@ -135,3 +136,40 @@ async def test_asking_to_forget_deletes_that_memory_and_only_it(
         'Nothing forgotten: no memory matches "my favourite colour". The Memory page lists what '
         "I remember."
     ]
+
+
+async def test_a_fact_the_user_asks_to_forget_before_it_is_saved_is_never_saved(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services
+) -> None:
+    """A keyless trial: "I'm a pediatric nurse in Porto.", then in a new chat, while the local
+    model still had that message to read, "Please forget that I'm a nurse." No memory matched
+    yet, so none was deleted, and the extraction then saved "The user's name is a pediatric
+    nurse." and "The user works in Porto.". A later request to forget holds for the facts of
+    the messages before it, read after it."""
+    await forget_memories(chat_services)
+    held = asyncio.Event()
+    model.push({"text": "Noted."})
+    model.push_for(
+        "memory",
+        {
+            **ops(
+                {"op": "add", "fact": "The user works as a pediatric nurse.", "sentences": [1]},
+                {"op": "add", "fact": "The user lives in Porto.", "sentences": [2]},
+            ),
+            "gate": held,  # the extraction waits behind the replies, as on the local model
+        },
+    )
+    await send(client, "I'm a pediatric nurse. I live in Porto.")
+    model.push({"text": "Done."})
+    model.push_for("memory", ops())
+    events = await send(client, "Please forget that I'm a nurse.")
+    held.set()
+    await extractions_done(chat_services)
+    assert await memories(client) == ["The user lives in Porto."]
+    # The reply is told it is forgotten (not "no saved memory matches it"), and is not given
+    # the message that said it as what the user said elsewhere.
+    prompt = prompt_of(model, "Please forget")
+    assert 'You have forgotten "I\'m a nurse": it will not be remembered' in prompt
+    assert "pediatric" not in prompt and "I live in Porto." in prompt
+    done = next(e for e in events if e["type"] == "done")
+    assert done["notes"] == ['Forgotten, as you asked: "I\'m a nurse" (it had not been saved yet)']
