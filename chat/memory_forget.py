@@ -57,14 +57,9 @@ async def forget_what_is_asked(turn: TurnContext, text: str) -> list[str]:
         for memory in deleted:
             log.info("Memory: forgot %r at the user's request (chat %s)",
                      memory.content, short_id(turn.chat_id))  # fmt: skip
-            # Worded as what the model did: the local model then confirms it more often than
-            # when told what "was deleted" (keyless trial: 3 of 4 tries against 0 of 4).
-            lines.append(
-                f'You have forgotten "{memory.content}": it was deleted because the user asked. '
-                "Confirm this in one sentence."
-            )
         forgotten = "; ".join(f'"{m.content}"' for m in deleted)
         if deleted:
+            lines.append(confirmation(request))
             step_event(turn, f"Forgot {forgotten}")
             # A small model may still answer otherwise: the note under the reply says it plainly.
             turn.add_note(f"Forgotten, as you asked: {forgotten}")
@@ -73,24 +68,33 @@ async def forget_what_is_asked(turn: TurnContext, text: str) -> list[str]:
             # (`asked_to_forget`), so it is forgotten all the same.
             log.info("Memory: %r is in a message not read yet, it will not be saved (chat %s)",
                      request, short_id(turn.chat_id))  # fmt: skip
-            lines.append(
-                f'You have forgotten "{request}": it will not be remembered, because the user '
-                "asked. Confirm this in one sentence."
-            )
+            lines.append(confirmation(request))
             step_event(turn, f'Forgot "{request}"')
             turn.add_note(f'Forgotten, as you asked: "{request}" (it had not been saved yet)')
         else:
             log.info("Memory: nothing matches %r, nothing forgotten (chat %s)",
                      request, short_id(turn.chat_id))  # fmt: skip
             lines.append(
-                f'You could not forget "{request}": no saved memory matches it, so nothing was '
-                "deleted. Say so in one sentence."
+                f'The user asked you to forget "{request}", but no saved memory matches it, so '
+                'nothing was deleted. Say so in one short sentence, such as "I had nothing saved '
+                'about that."'
             )
             turn.add_note(
                 f'Nothing forgotten: no memory matches "{request}". The Memory page lists what '
                 "I remember."
             )
     return lines
+
+
+def confirmation(request: str) -> str:
+    """The prompt line for a request that was done. In the user's words, not the memory's: told
+    `You have forgotten "The user works as a pediatric nurse in Porto."`, the local model wrote
+    it back ("I understand. Marta is a pediatric nurse in Porto.") in 2 of 4 keyless tries; with
+    an example to follow, 4 of 4 replies were "Done, I have forgotten that." (the stop note)."""
+    return (
+        f'The user asked you to forget "{request}", and it is now deleted from your memory. '
+        'Confirm it in one short sentence, such as "Done, I have forgotten that."'
+    )
 
 
 async def _not_yet_saved(turn: TurnContext, request: str) -> bool:

@@ -109,7 +109,8 @@ async def test_asking_to_forget_deletes_that_memory_and_only_it(
         "The user's wife is Sara.",
     ]
     prompt = prompt_of(model, "Please forget")
-    assert 'You have forgotten "The user lives in Porto."' in prompt
+    # The user's words, not the memory's: the local model wrote the memory back in its reply.
+    assert 'The user asked you to forget "I live in Porto", and it is now deleted' in prompt
     assert "- The user lives in Porto. (said on" not in prompt  # not recalled as well
     steps = [e["text"] for e in events if e["type"] == "step"]
     assert 'Forgot "The user lives in Porto."' in steps
@@ -128,7 +129,7 @@ async def test_asking_to_forget_deletes_that_memory_and_only_it(
     events = await send(client, "Could you forget my favourite colour?")
     await extractions_done(chat_services)
     assert len(await memories(client)) == 2
-    assert 'You could not forget "my favourite colour": no saved memory matches it' in (
+    assert 'forget "my favourite colour", but no saved memory matches it' in (
         prompt_of(model, "favourite colour")
     )
     done = next(e for e in events if e["type"] == "done")
@@ -169,7 +170,7 @@ async def test_a_fact_the_user_asks_to_forget_before_it_is_saved_is_never_saved(
     # The reply is told it is forgotten (not "no saved memory matches it"), and is not given
     # the message that said it as what the user said elsewhere.
     prompt = prompt_of(model, "Please forget")
-    assert 'You have forgotten "I\'m a nurse": it will not be remembered' in prompt
+    assert 'The user asked you to forget "I\'m a nurse", and it is now deleted' in prompt
     assert "pediatric" not in prompt and "I live in Porto." in prompt
     done = next(e for e in events if e["type"] == "done")
     assert done["notes"] == ['Forgotten, as you asked: "I\'m a nurse" (it had not been saved yet)']
