@@ -168,6 +168,24 @@ _LASTING_WISH = re.compile(
 )
 
 
+# A name a fact gives ("The user's name is Marta.", "… sister's name is Julia."): told only by a
+# quote holding the name itself, and no name starts like a noun phrase. The local model saved
+# "The user's name is a pediatric nurse." from "I'm a pediatric nurse in Porto.".
+_NAME_GIVEN = re.compile(r"\bname is (?P<name>[^.,;:!?]+)", re.IGNORECASE)
+_NOT_A_NAME = re.compile(
+    r"(?:a|an|the|my|your|his|her|their|our|not|called|named|unknown)\b", re.IGNORECASE
+)
+
+
+def _gives_a_name_told(fact: str, quote: str) -> bool:
+    """False for a fact giving a name that is none, or that the quote does not hold."""
+    match = _NAME_GIVEN.search(fact)
+    if match is None:
+        return True
+    name = match.group("name").strip()
+    return not _NOT_A_NAME.match(name) and content_words(name) <= content_words(quote)
+
+
 def told_by(fact: str, quote: str) -> bool:
     """Whether the quote tells the fact rather than asks about it. A quote of questions only tells
     what it holds, so every meaningful word of the fact must be in it: "Any recipes, since I'm
@@ -177,7 +195,10 @@ def told_by(fact: str, quote: str) -> bool:
     in common with the fact. Either way, a sentence put to the other side ("you", "please") or
     asked tells only what the user says of themselves in it (`_said_of_themselves`). A wish about
     replies is told by asking for it, question or not ("Could you keep your answers short?"), in
-    a sentence that can ask for one (`_may_ask_for_replies`)."""
+    a sentence that can ask for one (`_may_ask_for_replies`). A name is told by the name
+    (`_gives_a_name_told`)."""
+    if not _gives_a_name_told(fact, quote):
+        return False
     sentences = split_sentences(quote) or [quote]
     if is_reply_wish(fact):
         return shares_a_word(fact, quote) and any(map(_may_ask_for_replies, sentences))

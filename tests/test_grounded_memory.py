@@ -224,6 +224,20 @@ def test_a_request_tells_only_what_the_user_says_of_themselves() -> None:
     assert told_by("The user's sister is named Julia.", "Can you help my sister Julia?")
 
 
+def test_a_name_is_told_only_by_the_name_itself() -> None:
+    """A keyless trial: "I'm a pediatric nurse in Porto." was saved as "The user's name is a
+    pediatric nurse." (every word of it is in the sentence). A name is told by the words of the
+    name, and a name does not start like a noun phrase ("a", "the", "my")."""
+    nurse = "I'm a pediatric nurse in Porto."
+    assert not told_by("The user's name is a pediatric nurse.", nurse)
+    assert not told_by("The user's name is the nurse.", "I'm the nurse on the ward.")
+    assert not told_by("The user's name is Ana.", "I'm Marta, a pediatric nurse.")
+    assert told_by("The user's name is Marta.", "Hi, I'm Marta, a pediatric nurse.")
+    assert told_by("The user's name is marta.", "hi im marta")
+    assert told_by("The user's sister's name is Julia.", "My sister's name is Julia.")
+    assert told_by("The user's name is Ana Sousa.", "My name is Ana Sousa.")
+
+
 def test_a_sentence_about_the_other_side_tells_nothing_about_the_user() -> None:
     """Said to the other side, about them, it is not the user's fact: both were saved from a
     LoCoMo session (`python -m evals memory-extraction --conversation conv-26 --sessions 2`)."""
