@@ -169,7 +169,11 @@ async def _extract(
         return
     # Asked since to have forgotten (while the message waited, or the model read it): the facts
     # are not saved at all. Looked up once the model has answered, just before saving.
-    since = await chat_store.said_since(pool, message["user_id"], message["sent_at"])
+    since = (
+        await chat_store.asking_to_forget_since(pool, message["user_id"], message["sent_at"])
+        if operations
+        else []
+    )
     forgotten = [what for later in since for what in forget_requests(later)]
     for operation in operations:
         await _apply(services, message, operation, known, result, forgotten)

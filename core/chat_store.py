@@ -604,7 +604,7 @@ async def user_message_in_context(db: Db, message_id: uuid.UUID) -> dict[str, An
 LATER_REQUESTS = 20
 
 
-async def said_since(db: Db, user_id: uuid.UUID, after: datetime) -> list[str]:
+async def asking_to_forget_since(db: Db, user_id: uuid.UUID, after: datetime) -> list[str]:
     """The user's messages sent after `after` (outside temporary chats) that may ask to forget
     something: those that speak of forgetting or memory (core/forget_requests.py tells which
     do), oldest first."""
