@@ -104,18 +104,19 @@ async def _not_yet_saved(turn: TurnContext, request: str) -> bool:
         turn.services.database.pool, user_id=turn.user_id, other_than_chat=None,
         limit=QUEUED_LOOKED_AT,
     )  # fmt: skip
-    return any(names(request, m.content) for m in queued)
+    return any(names(request, s) for m in queued for s in told_of_themselves(m.content))
 
 
-def names(request: str, message: str) -> list[str]:
-    """The sentences of `message` in which the user tells of themselves something `request`
-    (what they asked to have forgotten) may name: those sharing a word with it."""
-    query = third_person(request)
-    return [
-        s
-        for s in statements_of_themselves(message)
-        if not asks_to_forget(s) and shares_a_word(query, third_person(s))
-    ]
+def told_of_themselves(message: str) -> list[str]:
+    """The sentences of `message` in which the user tells something of themselves; a request to
+    forget tells nothing (it was taken for the fact it names)."""
+    return [s for s in statements_of_themselves(message) if not asks_to_forget(s)]
+
+
+def names(request: str, sentence: str) -> bool:
+    """Whether `request` (what the user asked to have forgotten) may name what `sentence` tells:
+    they share a word."""
+    return shares_a_word(third_person(request), third_person(sentence))
 
 
 async def asked_to_forget(
@@ -124,15 +125,15 @@ async def asked_to_forget(
     """Which of `requests` (what the user asked to have forgotten, after the message `fact` was
     read from) names `fact`, by the rule that picks the memories a request deletes; None if
     none does. The request may have come before the fact was saved: it holds all the same."""
+    told = None
     for request in requests:
         query = third_person(request)
         if not shares_a_word(query, fact):
             continue
-        asked = np.asarray(await embedder.embed_query(query))
-        told = np.asarray((await embedder.embed_documents([fact]))[0])
-        if float(asked @ told) / float(np.linalg.norm(asked) * np.linalg.norm(told)) >= (
-            FORGET_SIMILARITY
-        ):
+        if told is None:
+            told = (await embedder.embed_documents([fact]))[0]
+        # The embedder's vectors are normalized: their dot product is the cosine.
+        if float(np.dot(await embedder.embed_query(query), told)) >= FORGET_SIMILARITY:
             return request
     return None
 

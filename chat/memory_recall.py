@@ -34,12 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chat.memory_forget import forget_what_is_asked, names
+from chat.memory_forget import forget_what_is_asked, names, told_of_themselves
 from chat.state import TurnContext
 from chat.steps import send_event, short_id, step_event
 from core import memory_jobs
-from core.forget_requests import asks_to_forget, forget_requests
-from core.grounding import statements_of_themselves
+from core.forget_requests import forget_requests
 from core.memory_jobs import QueuedMessage
 from core.memory_search import RetrievedMemory, few_memories, reply_wishes, retrieve_memories
 from core.tracing import traced
@@ -199,12 +198,10 @@ def said_lines(queued: list[QueuedMessage], forgotten: Sequence[str] = ()) -> li
     lines: list[str] = []
     room = QUEUED_CHARS
     for message in queued:
-        unsaid = {s for request in forgotten for s in names(request, message.content)}
-        # A request to forget tells nothing to go by (it was taken for the fact it names).
         told = " ".join(
             s
-            for s in statements_of_themselves(message.content)
-            if not asks_to_forget(s) and s not in unsaid
+            for s in told_of_themselves(message.content)
+            if not any(names(request, s) for request in forgotten)
         )
         if not told or room < MIN_SAID_CHARS:
             continue

@@ -763,11 +763,13 @@ async def _write_chats(
     # The files messages were sent with, when they are the user's: back on the server they
     # came from (documents are not imported), never another user's.
     named = list({i for c in chats for m in c.messages for i in m.document_ids})
-    await cur.execute(
-        "SELECT document_id FROM documents WHERE user_id = %s AND document_id = ANY(%s)",
-        (user_id, named),
-    )
-    theirs = {row["document_id"] for row in await cur.fetchall()}
+    theirs: set[uuid.UUID] = set()
+    if named:
+        await cur.execute(
+            "SELECT document_id FROM documents WHERE user_id = %s AND document_id = ANY(%s)",
+            (user_id, named),
+        )
+        theirs = {row["document_id"] for row in await cur.fetchall()}
     rows = []
     for chat in chats:
         for m in _ordered(chat.messages, chat.title):
