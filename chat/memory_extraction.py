@@ -8,6 +8,8 @@ operations constrained to `MEMORY_OPERATIONS_SCHEMA`:
 - `add`: a new fact, citing the sentences that state it;
 - `update`: the same fact made more precise (the memory keeps its id, its evidence moves here);
 - `supersede`: the user changed it (the old memory is closed, the new one current; both kept).
+  A fact the model added from a sentence saying something changed may supersede too
+  (chat/memory_changes.py: the local model adds "lives in Berlin" beside "lives in Lisbon").
 
 An `update` or `supersede` naming a memory about something else (core/memory_store.py's `Unlike`)
 is stored as an `add`: a model that picked the wrong number cannot overwrite or close a fact. An
@@ -31,6 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from chat.memory_changes import replaced_memory
 from chat.memory_forget import asked_to_forget
 from core import chat_store, memory_store, tracing
 from core.clock import now_in
@@ -222,7 +225,12 @@ async def _apply(
     target = _known_memory(operation.get("memory"), known)
     like = memory_store.SUPERSEDE_SIMILARITY
     if target is None:
-        kind = "add"  # no memory, or a bad number: the fact is still the user's, store it as new
+        # No memory, or a bad number: the fact is still the user's, stored as new, unless the
+        # user said it changed one they told before (the local model adds "lives in Berlin"
+        # beside "lives in Lisbon").
+        own = {row["memory_id"] for row in result.saved + result.updated}
+        target = await replaced_memory(services, message, fact, quote, own)
+        kind = "add" if target is None else "supersede"
     elif kind == "update" and not refines(fact, target.content):
         # Not the same fact made more precise but a change ("tea" → "coffee", which the local
         # model called an update): the old one is closed and kept, not overwritten. As alike as

@@ -63,7 +63,7 @@ BLOCK_NAMES = (
     # research mode: the coverage check
     "sub_questions",
     # memory extraction
-    "known_facts", "assistant_said_before", "user_message",
+    "known_facts", "assistant_said_before", "user_message", "saved_fact", "new_fact",
     # the rolling summary
     "previous_summary", "new_messages", "user", "assistant",
     # the evals' judge

@@ -275,6 +275,50 @@ def _extraction_input(facts: str, before: str | None, message: str) -> str:
     return f"{block('known_facts', facts)}\n{block('user_message', message)}{context}"
 
 
+# --- does a new fact replace a saved one ---------------------------------------------------------
+
+# Asked after the extraction, of a new fact whose sentence says something changed ("I moved to
+# Berlin.") and the stored memory most like it (chat/memory_changes.py). The local model, asked
+# instead which of several numbered facts the new one made untrue, named one nearly every time
+# (pairs that can both be true: 1 of 27 right); asked for a reason first, it kept 12 of 24 changes.
+# This form, on tests/data/memory_pairs.json: see chat/memory_changes.py.
+MEMORY_CHANGE_INSTRUCTIONS = """\
+You compare two facts about the same user: one saved earlier, one the user just told. Reply with \
+JSON only.
+Say whether both can be true at the same time. They cannot when the new one replaces the old: the \
+user moved to another place, switched, stopped, quit, changed job, or a number changed. They can \
+when both hold together: two pets, two allergies, a job and a hobby, a relative and news about \
+them, or the same fact told with more detail."""
+
+MEMORY_CHANGE_EXAMPLES = [
+    ("The user works as an accountant.", "The user works as a teacher.", False),
+    ("The user has a dog.", "The user has a parrot.", True),
+    ("The user eats meat.", "The user stopped eating meat.", False),
+    ("The user has a brother.", "The user's brother is getting married in June.", True),
+    ("The user lives in Madrid.", "The user works in a bank.", True),
+]
+
+MEMORY_CHANGE_SCHEMA = {
+    "type": "object",
+    "properties": {"both_true": {"type": "boolean"}},
+    "required": ["both_true"],
+}
+
+
+def memory_change_request(saved: str, told: str) -> list[dict[str, str]]:
+    """Messages asking the memory model whether `saved` (a stored fact) and `told` (a new one)
+    can both be true: the instructions and worked examples, then the two facts."""
+    messages = [{"role": "system", "content": MEMORY_CHANGE_INSTRUCTIONS}]
+    for earlier, later, both in MEMORY_CHANGE_EXAMPLES:
+        messages.append({"role": "user", "content": _change_input(earlier, later)})
+        messages.append({"role": "assistant", "content": json.dumps({"both_true": both})})
+    return [*messages, {"role": "user", "content": _change_input(saved, told)}]
+
+
+def _change_input(saved: str, told: str) -> str:
+    return f"{block('saved_fact', saved)}\n{block('new_fact', told)}"
+
+
 # --- web search ----------------------------------------------------------------------------------
 
 UNTRUSTED_SOURCES_RULE = (

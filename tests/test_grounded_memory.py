@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from chat.memory_changes import tells_a_change
 from chat.memory_recall import QUEUED_CHARS, said_lines
 from chat.memory_worker import MemoryWorker
 from chat.runner import start_turn, stream_turn
@@ -669,6 +670,95 @@ async def test_tea_then_coffee_leaves_one_current_memory_and_duplicates_add_noth
     ]
     # The extraction saw the assistant's reply before the message, as context.
     assert "Tea it is." in model.own_calls["memory"][-1]["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("sentence", "changed"),
+    [
+        ("I moved to Berlin last month.", True),
+        ("I switched to coffee.", True),
+        ("I'm no longer vegetarian.", True),
+        ("I don't eat meat anymore.", True),
+        ("I quit my job at Google.", True),
+        ("I'm a baker now.", True),
+        ("I live in Berlin.", False),
+        ("I adopted a cat.", False),
+        ("I also have a cat now.", False),
+        ("I now have a parrot too.", False),
+    ],
+)
+def test_a_sentence_tells_a_change_only_when_it_says_so(sentence: str, changed: bool) -> None:
+    assert tells_a_change(sentence) is changed
+
+
+def changes(*answers: bool) -> list[dict[str, Any]]:
+    """Scripted answers of the memory model to "can both facts be true?"."""
+    return [{"text": json.dumps({"both_true": both})} for both in answers]
+
+
+async def test_a_change_the_model_added_as_a_new_fact_replaces_the_old_one(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """The local model added "lives in Berlin" beside "lives in Lisbon" (it was not even shown
+    it: the message is far from the fact), and a new chat then answered "Lisbon"."""
+    await tell_each(client, model, chat_services, [
+        ("I live in Lisbon.", "The user lives in Lisbon."),
+        ("I drink tea every morning.", "The user drinks tea every morning."),
+        ("I have a dog named Rex.", "The user has a dog named Rex."),
+    ])  # fmt: skip
+    model.push({"text": "Exciting!"})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user lives in Berlin.", "sentences": [1]},
+            {"op": "add", "fact": "The user switched to coffee.", "sentences": [1]},
+        ),
+        *changes(False, False),
+    )
+    await send(client, "I moved to Berlin last month, and I switched to coffee.")
+    await extractions_done(chat_services)
+    current = sorted(m["content"] for m in await memories(client))
+    assert current == [
+        "The user has a dog named Rex.",
+        "The user lives in Berlin.",
+        "The user switched to coffee.",
+    ]
+    closed = [m for m in await memories(client, include_superseded="true") if m["valid_to"]]
+    assert sorted(m["content"] for m in closed) == [
+        "The user drinks tea every morning.",
+        "The user lives in Lisbon.",
+    ]
+    # Each check put the new fact beside the stored one most like it, and nothing else.
+    checks = [call["messages"][-1]["content"] for call in model.own_calls["memory"][-2:]]
+    assert "lives in Lisbon" in checks[0] and "lives in Berlin" in checks[0]
+    assert "tea every morning" in checks[1] and "switched to coffee" in checks[1]
+    assert "Rex" not in checks[0] + checks[1]
+    recalled, _ = await ask(client, model, "Where do I live?")
+    assert "Berlin" in recalled and "Lisbon" not in recalled
+
+
+async def test_a_new_fact_stays_beside_a_like_one_unless_the_user_said_it_changed(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    dog = {"op": "add", "fact": "The user has a dog named Rex.", "sentences": [1]}
+    await tell(client, model, chat_services, "I have a dog named Rex.", dog)
+    calls = len(model.own_calls["memory"])
+    # No word of change: not even asked (the local model says "not both" of a dog and a cat).
+    cat = {"op": "add", "fact": "The user has a cat.", "sentences": [1]}
+    await tell(client, model, chat_services, "I adopted a cat.", cat)
+    # A word of change, but beside the old: not asked either.
+    bird = {"op": "add", "fact": "The user has a parrot.", "sentences": [1]}
+    await tell(client, model, chat_services, "I now have a parrot too.", bird)
+    assert len(model.own_calls["memory"]) == calls + 2
+    # Asked, and the model says both can be true: kept beside it.
+    fish = {"op": "add", "fact": "The user has a goldfish.", "sentences": [1]}
+    model.push({"text": "Noted."})
+    model.push_for("memory", ops(fish), *changes(True))
+    await send(client, "I now have a goldfish.")
+    await extractions_done(chat_services)
+    assert len(model.own_calls["memory"]) == calls + 4
+    assert len(await memories(client)) == 4
+    assert not [m for m in await memories(client, include_superseded="true") if m["valid_to"]]
 
 
 async def test_a_relative_time_is_stored_as_the_date_it_meant(
