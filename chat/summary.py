@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 
@@ -39,6 +40,20 @@ SHUTDOWN_WAIT_SECONDS = 5.0  # at shutdown, how long running folds may finish be
 # This process's folds, by chat; a turn that ends while its chat's fold runs asks it to look again.
 _running: dict[uuid.UUID, asyncio.Task[None]] = {}
 _look_again: set[uuid.UUID] = set()
+
+
+# The end of a sentence, and a list item's number left alone on the last line ("…\n\n4.").
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*(?=\s|$)")
+_OPEN_ITEM = re.compile(r"(?:^|\n)[ \t]*(?:\d+[.)]|[-*•])[ \t]*$")
+
+
+def whole_sentences(summary: str) -> str:
+    """A summary the length limit cut mid-sentence, up to the last sentence it finished (the
+    local model's first fold of a chat once stopped at "…to help you make the most of your
+    trip:\n\n1. … 4."); as it is when it has no finished sentence."""
+    ends = [match.end() for match in _SENTENCE_END.finditer(summary)]
+    # A list item's number ends no sentence: cut before one left alone at the end.
+    return _OPEN_ITEM.sub("", summary[: ends[-1]] if ends else summary).rstrip()
 
 
 def summary_words(messages_summarised: int) -> int:
@@ -128,6 +143,8 @@ async def fold_summary(services: Services, chat_id: uuid.UUID, trace_id: str | N
             metadata=trace_metadata(trace_id or str(chat_id), str(chat_id), "summary"),
         )
         summary = (response.choices[0].message.content or "").strip()
+        if response.choices[0].finish_reason == "length":
+            summary = whole_sentences(summary)
         if not summary:
             raise ValueError("the model returned an empty summary")
     except Exception as error:

@@ -385,6 +385,21 @@ async def test_summary_folds_the_oldest_batch_after_the_turn(client, model, chat
     assert len(utility_calls(model)) == 1  # 12 unsummarised now: no second fold
 
 
+async def test_a_summary_cut_by_the_length_limit_keeps_its_whole_sentences(
+    client, model, chat_services
+) -> None:
+    """The local model's first fold of a chat once stopped at its token limit after "4.", a
+    list item's number; the prompt then carried that torn text for good."""
+    pool = chat_services.database.pool
+    chat_id = await _chat_with_messages(pool, FOLD_AT_UNSUMMARISED - 2)
+    whole = "The user plans a trip. The assistant gave tips:\n\n1. Research first."
+    model.push({"text": "reply"}, {"text": whole + "\n\n2. Book a", "finish_reason": "length"})
+    await send(client, "message 18", chat_id)
+    await summary.settled()
+    chat = await chat_store.get_chat(pool, chat_id, user_id=None)
+    assert chat["summary"] == whole
+
+
 class _FrozenClock(datetime):
     """`datetime.now` stuck at one moment: the instructions name the hour, and a test that ran
     across an hour's end would see the prefix change for that reason."""
