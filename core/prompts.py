@@ -140,17 +140,41 @@ def memories_block(memories: list[str]) -> str:
     return block("memories", "\n".join(f"- {memory}" for memory in memories))
 
 
+# The local model's first fold of a chat (no summary yet) often copied the first messages word for
+# word, long replies most of all: a chat about a trip whose replies were tip lists got its first
+# message and first reply back, cut off by the token limit. Replies cut to SUMMARY_REPLY_CHARS and
+# the instruction said again after the messages, measured on the first folds of windows of ten
+# messages of three keyless chats (24 folds): word 8-grams copied from the messages 0.38 → 0.10
+# of the summary (over half copied: 8 folds → 1), the user's words kept 0.56 → 0.61; folds onto
+# a previous summary (7) unchanged (copied 0.04-0.09, user's words 0.59-0.70 either way).
+SUMMARY_REPLY_CHARS = 300
+SUMMARY_REMINDER = (
+    "Write the updated summary now: at most {words} words, in the third person, oldest first. "
+    "Do not copy the messages."
+)
+
+
 def summary_request(previous: str | None, messages: list[tuple[str, str]], words: int) -> list:
-    """Messages for the utility model to fold `messages` (role, text) into the summary."""
-    lines = "\n\n".join(block(role, text) for role, text in messages)
+    """Messages for the utility model to fold `messages` (role, text) into the summary; the
+    assistant's replies are cut to their first SUMMARY_REPLY_CHARS characters."""
+    lines = "\n\n".join(
+        block(role, _opening(text) if role == "assistant" else text) for role, text in messages
+    )
     return [
         {"role": "system", "content": SUMMARY_INSTRUCTIONS.format(words=words)},
         {
             "role": "user",
             "content": f"{block('previous_summary', previous or '(none yet)')}\n\n"
-            f"{block('new_messages', lines, trusted=True)}",
+            f"{block('new_messages', lines, trusted=True)}\n\n"
+            f"{SUMMARY_REMINDER.format(words=words)}",
         },
     ]
+
+
+def _opening(reply: str) -> str:
+    if len(reply) <= SUMMARY_REPLY_CHARS:
+        return reply
+    return reply[:SUMMARY_REPLY_CHARS].rsplit(maxsplit=1)[0] + " …"
 
 
 # --- memory extraction ----------------------------------------------------------------------------

@@ -2,7 +2,13 @@
 
 from datetime import UTC, datetime
 
-from core.prompts import WEB_NOTE, chat_instructions, user_turn
+from core.prompts import (
+    SUMMARY_REPLY_CHARS,
+    WEB_NOTE,
+    chat_instructions,
+    summary_request,
+    user_turn,
+)
 
 
 def test_instructions_carry_the_date_and_hour_and_stay_stable_within_the_hour() -> None:
@@ -27,6 +33,21 @@ def test_a_summary_is_mentioned_only_when_the_chat_has_one() -> None:
     without = chat_instructions(datetime(2026, 1, 1, tzinfo=UTC), None)
     assert "summary below covers the older part" in with_summary
     assert "summary" not in without.lower()
+
+
+def test_a_fold_reads_the_opening_of_long_replies_and_the_task_after_the_messages() -> None:
+    # The local model copied a long first reply into a chat's first summary word for word.
+    question = "I'm planning a 5-day trip to Japan in April. " * 20
+    tips = "Here are some tips to help you plan. " + "Research your destination first. " * 30
+    [system, user] = summary_request(None, [("user", question), ("assistant", tips)], 100)
+    assert "at most 100 words" in system["content"]
+    text = user["content"]
+    assert question.strip() in text  # the user's words are all kept
+    assert tips[:200] in text and tips not in text
+    reply = text.split("<assistant>\n")[1].split("\n</assistant>")[0]
+    assert len(reply) <= SUMMARY_REPLY_CHARS + 2 and reply.endswith(" …")
+    assert text.rstrip().endswith("Do not copy the messages.")
+    assert text.index("</new_messages>") < text.index("Write the updated summary now")
 
 
 def test_instructions_say_how_to_answer_a_statement_and_not_to_repeat_them() -> None:
