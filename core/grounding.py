@@ -215,6 +215,7 @@ _FIRST_PERSON_PLURAL = frozenset({"we", "we're", "we've", "we'd", "we'll", "our"
 _FIRST_PERSON = _FIRST_PERSON_PLURAL | {
     "i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself"
 }  # fmt: skip
+_SPEAKING = _FIRST_PERSON - {"me", "us"}
 
 
 # A thank-you and what it thanks for, up to its first punctuation mark ("thanks for your help,").
@@ -231,7 +232,7 @@ def _said_of_themselves(sentence: str) -> set[str]:
     """The `content_words` of the part of a sentence that can tell about the user. Put to the
     other side ("Can you suggest a quick dinner I could make before work?", "You're doing an
     awesome job looking after your family!"), the words before the user speaks of themselves are
-    a request or are about the other side, so it is the sentence from its first "I", "my", "me"…
+    a request or are about the other side, so it is the sentence from its first "I", "my", "we"…
     on; nothing when it has none. Any other sentence, whole. A thank-you opening it ("Thanks for
     your help, the move to Porto went well.") puts nothing to the other side; a greeting or
     thank-you with a name ("Hey Melanie!") tells nothing (the name is the other side's). A
@@ -245,12 +246,26 @@ def _said_of_themselves(sentence: str) -> set[str]:
     words = _WORD.findall(_THANKS.sub("", normalized, count=1))
     if not _ADDRESSED.intersection(words) and not _asks(sentence):
         return _meaningful(words)
-    first = next((n for n, word in enumerate(words) if word in _FIRST_PERSON), len(words))
+    # "me" and "us" are whom it is asked for ("Give me lunch ideas I can take to work."): what
+    # the user tells of themselves starts at their "I", "my", "we"…
+    first = next((n for n, word in enumerate(words) if word in _SPEAKING), len(words))
     return _meaningful(words[first:])
 
 
+# A sentence opening with a request asks as a question does, question mark or not: "Give me three
+# lunch ideas I can take to work." was saved as "The user can take fruit to work.".
+_REQUEST_OPENING = re.compile(
+    r"\A\W*(?:(?:please|ok|okay|so|now|and|also|then|just)\b[,\s]*)*"
+    r"(?:give|tell|show|help|suggest|recommend|list|plan|write|explain|find|make|create"
+    r"|describe|summari[sz]e|translate|draft|compare|teach|remind)\b"
+)
+
+
 def _asks(sentence: str) -> bool:
-    return sentence.rstrip(_CLOSING_CHARACTERS).endswith("?")
+    """Whether `sentence` asks the other side something: a question, or a request."""
+    return sentence.rstrip(_CLOSING_CHARACTERS).endswith("?") or bool(
+        _REQUEST_OPENING.match(_normalized(sentence)[0])
+    )
 
 
 def _may_ask_for_replies(sentence: str) -> bool:

@@ -225,6 +225,22 @@ def test_a_request_tells_only_what_the_user_says_of_themselves() -> None:
     assert told_by("The user's sister is named Julia.", "Can you help my sister Julia?")
 
 
+def test_a_request_without_a_question_mark_asks_too() -> None:
+    """A keyless trial: "Give me three lunch ideas I can take to work." was saved as "The user
+    can take fruit to work." ("fruit" is the model's). A sentence opening with a request ("give
+    me", "suggest", "plan"…) asks, as a question does: it tells only what it holds, and only
+    from where the user speaks of themselves."""
+    lunch = "Give me three lunch ideas I can take to work."
+    assert not told_by("The user can take fruit to work.", lunch)
+    assert not told_by("The user can take lunch to work.", lunch)  # what they ask for
+    assert told_by("The user is vegan.", "Suggest a recipe, since I'm vegan.")
+    assert told_by("The user is diabetic.", "Please plan my meals, I'm diabetic.")
+    assert not told_by("The user eats dinner.", "Plan my dinners for three days.")
+    assert statements_of_themselves("Tell me a joke. I'm feeling down.") == ["I'm feeling down."]
+    # A statement that opens with one of those words as something else is still a statement.
+    assert told_by("The user helps at a shelter.", "Helping at the shelter is what I do.")
+
+
 def test_a_name_is_told_only_by_the_name_itself() -> None:
     """A keyless trial: "I'm a pediatric nurse in Porto." was saved as "The user's name is a
     pediatric nurse." (every word of it is in the sentence). A name is told by the words of the
@@ -296,7 +312,8 @@ def test_a_please_puts_the_sentence_to_the_other_side() -> None:
         ("Thanks!", False),
         ("How do I train my new puppy?", True),
         ("Dana.", True),  # an answer to "What's your name?"
-        ("Explain how a bicycle gear works.", True),  # a statement: the model decides
+        ("Explain how a bicycle gear works.", False),  # a request: it asks, tells nothing
+        ("Bicycle gears are fascinating.", True),  # a statement: the model decides
         ("Please be brief.", False),  # about the next reply: no lasting wish
         ("Can you make it shorter?", False),
         ("Please be brief from now on.", True),
@@ -858,7 +875,7 @@ async def test_extraction_cannot_store_what_the_user_did_not_say(
     )
     await send(client, "Hello. I'm vegetarian.")
     await extractions_done(chat_services)
-    await send(client, "Suggest a dinner.")
+    await send(client, "My fridge is nearly empty.")
     await extractions_done(chat_services)
     assert [(m["content"], m["quote"]) for m in await memories(client)] == [
         ("The user is vegetarian.", "I'm vegetarian.")
