@@ -39,6 +39,7 @@ log = logging.getLogger("resolveai.memory")
 # March 2025", 0.415) reach 0.40 (0.35: 22, 0.45: 20), and 11 of the 153 pairs of unrelated
 # facts about one user do (0.35: 26, 0.45: 6), which the model is then asked about.
 CHANGE_SIMILARITY = 0.40
+CANDIDATES = 3  # memories most like the fact, of which the closest in meaning is asked about
 MAX_OUTPUT_TOKENS = 20  # {"both_true": false}
 RESPONSE_FORMAT = {
     "type": "json_schema",
@@ -75,9 +76,10 @@ async def replaced_memory(
     `exclude`: memories this extraction wrote, which the message told together."""
     if not tells_a_change(sentence):
         return None
+    # A few more than this extraction wrote: the search ranks by words too, the pick is by meaning.
     found = await retrieve_memories(
         services.database.pool, services.embedder, fact,
-        user_id=message["user_id"], limit=len(exclude) + 1,
+        user_id=message["user_id"], limit=len(exclude) + CANDIDATES,
     )  # fmt: skip
     alike = [m for m in found if m.memory_id not in exclude and m.similarity is not None]
     nearest = max(alike, key=lambda m: m.similarity or 0.0, default=None)

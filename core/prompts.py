@@ -304,7 +304,7 @@ def _extraction_input(facts: str, before: str | None, message: str) -> str:
 # Asked after the extraction, of a new fact whose sentence says something changed ("I moved to
 # Berlin.") and the stored memory most like it (chat/memory_changes.py). The local model, asked
 # instead which of several numbered facts the new one made untrue, named one nearly every time
-# (pairs that can both be true: 1 of 27 right); asked for a reason first, it kept 12 of 24 changes.
+# (pairs that can both be true: 2 of 27 right); asked for a reason first, it kept 12 of 24 changes.
 # This form, on tests/data/memory_pairs.json: see chat/memory_changes.py.
 MEMORY_CHANGE_INSTRUCTIONS = """\
 You compare two facts about the same user: one saved earlier, one the user just told. Reply with \
