@@ -793,8 +793,8 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
                 {"op": "add", "fact": "The user has a bad knee.", "sentences": [1]},
                 {"op": "add", "fact": "The user is a runner.", "sentences": [1]},
             ]
-        elif "vaccines" in message:  # a fact about the world: refused by the store
-            ops = [{"op": "add", "fact": "Vaccines train the immune system.", "sentences": [1]}]
+        elif "boil an egg" in message:  # a fact about the world: refused by the store
+            ops = [{"op": "add", "fact": "Eggs boil in a few minutes.", "sentences": [1]}]
         elif "cello" in message:
             ops = [{"op": "add", "fact": "The user is learning the cello.", "sentences": [1]}]
         else:
@@ -812,8 +812,9 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
     # "I have a bad knee so I can't run.": the knee kept, the runner refused (not stated there).
     assert (statements["memories"], statements["refused"]) == (2, 1)
     assert (requests["with_a_memory"], requests["memories"], requests["refused"]) == (0, 0, 1)
-    # Questions with nothing of the user in them ("Is it safe to eat raw eggs?") are not read.
-    assert (statements["not_read"], requests["not_read"]) == (0, 7)
+    # Questions and requests with nothing of the user in them ("Is it safe to eat raw eggs?",
+    # "Explain how vaccines work.") are not read.
+    assert (statements["not_read"], requests["not_read"]) == (0, 10)
     # Dana's five evidence turns (under the default limit), each alone; the cello one kept.
     assert (locomo["messages"], locomo["with_a_memory"]) == (5, 1)
     # Each message was read after the reply it answers, and with nothing remembered before it.

@@ -585,7 +585,8 @@ async def test_memory_injection_stays_in_its_block(
     embedder = chat_services.embedder
     [vector] = await embedder.embed_documents([content])
     await memory_store.add_memory(chat_services.database.pool, content, vector, embedder.model_name)
-    first_words = "Tell me about the Zorblax festival."
+    # A statement: a request ("Tell me about…") tells nothing of the user, so is not read.
+    first_words = "I keep hearing about the Zorblax festival."
     model.push(
         {"tool_calls": [{"name": "retrieve_memory", "arguments": {"query": "Zorblax festival"}}]},
         {"text": REPLY},
