@@ -21,7 +21,6 @@ leaves those alone unless the user said something changed. English only, like co
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import uuid
@@ -29,6 +28,7 @@ from typing import Any
 
 from core import tracing
 from core.memory_search import RetrievedMemory, retrieve_memories
+from core.model_json import json_object_in
 from core.prompts import MEMORY_CHANGE_SCHEMA, memory_change_request
 from core.services import Services
 
@@ -104,9 +104,6 @@ async def replaced_memory(
 
 def _both_true(answer: str) -> bool | None:
     """The model's answer; None when it gave none (then nothing is closed)."""
-    try:
-        payload = json.loads(answer[answer.find("{") : answer.rfind("}") + 1])
-    except ValueError:
-        return None
-    both = payload.get("both_true") if isinstance(payload, dict) else None
+    payload = json_object_in(answer)
+    both = payload.get("both_true") if payload else None
     return both if isinstance(both, bool) else None

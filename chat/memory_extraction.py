@@ -25,7 +25,6 @@ writes nothing and logs one line; a fact the store refuses is dropped with one l
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -51,6 +50,7 @@ from core.grounding import (
     told_of_us,
 )
 from core.memory_search import RetrievedMemory, retrieve_memories
+from core.model_json import json_object_in
 from core.preferences import with_defaults
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
 from core.relative_dates import absolute_dates
@@ -96,15 +96,11 @@ class BadOutput(ValueError):
 
 def parse_operations(text: str) -> list[dict[str, Any]]:
     """The operations in the model's answer. Constrained models give the JSON alone; others may
-    wrap it in prose or a code fence, so the outermost {...} is taken. BadOutput otherwise."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
+    wrap it in prose or a code fence (core.model_json). BadOutput otherwise."""
+    payload = json_object_in(text)
+    if payload is None:
         raise BadOutput(f"no JSON object in {text[:120]!r}")
-    try:
-        payload = json.loads(text[start : end + 1])
-    except ValueError as error:
-        raise BadOutput(f"invalid JSON ({error})") from None
-    operations = payload.get("operations") if isinstance(payload, dict) else None
+    operations = payload.get("operations")
     if not isinstance(operations, list):
         raise BadOutput("no 'operations' list")
     return [op for op in operations if isinstance(op, dict)]

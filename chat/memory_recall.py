@@ -41,6 +41,7 @@ from core import memory_jobs
 from core.forget_requests import forget_requests
 from core.memory_jobs import QueuedMessage
 from core.memory_search import RetrievedMemory, few_memories, reply_wishes, retrieve_memories
+from core.text_cuts import cut_at_word
 from core.tracing import traced
 
 log = logging.getLogger("resolveai.memory")
@@ -205,8 +206,7 @@ def said_lines(queued: list[QueuedMessage], forgotten: Sequence[str] = ()) -> li
         )
         if not told or room < MIN_SAID_CHARS:
             continue
-        if len(told) > room:
-            told = told[:room].rsplit(" ", 1)[0] + " …"
+        told = cut_at_word(told, room, mark=" …")
         room -= len(told)
         said = message.sent_at.date().isoformat()
         lines.append(

@@ -31,6 +31,7 @@ from chat.user_errors import reply_failed
 from core import chat_store, tracing
 from core.preferences import with_defaults
 from core.services import Services
+from core.text_cuts import cut_at_word
 from core.turn_store import NewTurn
 
 log = logging.getLogger("resolveai.chat")
@@ -71,11 +72,7 @@ class Turn:
 
 def title_from(content: str) -> str:
     """The start of the first message, cut at a word boundary."""
-    line = " ".join(content.split())
-    if len(line) <= TITLE_CHARS:
-        return line
-    cut = line[:TITLE_CHARS].rsplit(" ", 1)[0] or line[:TITLE_CHARS]
-    return cut + "…"
+    return cut_at_word(" ".join(content.split()), TITLE_CHARS)
 
 
 async def start_turn(

@@ -32,6 +32,7 @@ from core import chat_store
 from core.logs import first_line
 from core.prompts import title_request
 from core.services import Services
+from core.text_cuts import cut_at_word
 from core.tracing import trace_metadata
 
 log = logging.getLogger("resolveai.chat")
@@ -111,8 +112,7 @@ def clean_title(text: str) -> str:
     words = line.split()[:MAX_WORDS]
     title = " ".join(words)
     if len(title) > MAX_CHARS:
-        cut = title[:MAX_CHARS].rsplit(" ", 1)[0] or title[:MAX_CHARS]
-        title = cut.rstrip(".,;:-– ")
+        title = cut_at_word(title, MAX_CHARS, mark="").rstrip(".,;:-– ")
     return title if re.search(r"\w", title) else ""
 
 

@@ -11,6 +11,7 @@ import json
 from datetime import datetime, timedelta
 
 from core.prompt_blocks import block
+from core.text_cuts import cut_at_word
 
 WEB_NOTE = "use web tool to answer"
 LINKS_UNREAD_NOTE = (
@@ -172,9 +173,7 @@ def summary_request(previous: str | None, messages: list[tuple[str, str]], words
 
 
 def _opening(reply: str) -> str:
-    if len(reply) <= SUMMARY_REPLY_CHARS:
-        return reply
-    return reply[:SUMMARY_REPLY_CHARS].rsplit(maxsplit=1)[0] + " …"
+    return cut_at_word(reply, SUMMARY_REPLY_CHARS, mark=" …")
 
 
 # --- memory extraction ----------------------------------------------------------------------------

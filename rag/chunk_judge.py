@@ -8,18 +8,15 @@ gets an answer rather than an error.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from core.model_json import json_object_in
 from core.prompts import evidence_check_request
 
 log = logging.getLogger("resolveai.web")
-
-_JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -28,19 +25,6 @@ class Verdict:
     reason: str
     checked: bool  # False when the check itself failed (and the verdict is the "yes" default)
     seconds: float
-
-
-def json_object_in(text: str) -> dict[str, Any] | None:
-    """The JSON object in a model's reply (small models wrap it in words or code fences), or
-    None when there is none."""
-    match = _JSON_OBJECT_RE.search(text or "")
-    if not match:
-        return None
-    try:
-        data = json.loads(match.group(0))
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def parse_verdict(text: str) -> tuple[bool, str] | None:

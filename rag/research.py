@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from core.model_json import json_object_in
 from core.prompts import (
     research_check_request,
     research_plan_request,
@@ -41,8 +42,8 @@ from core.prompts import (
     web_answer_request,
 )
 from core.repetition import REPEATING_NOTE, Unlooped
+from core.text_cuts import cut_at_word
 from core.tracing import span
-from rag.chunk_judge import json_object_in
 from rag.citations import CITATION, SupportCitations, says_not_found
 from rag.document_search import FoundChunk
 from rag.md_chunker import Chunk, budget_for, chunk_pages
@@ -422,9 +423,7 @@ def _report(
     """The report in Markdown: a title, the short answer (each section's answering sentence), a
     section per answered sub-question, "Not found", and the cited sources only. `stopped`: the
     report so far of a research stopped before its end, said instead of the short answer."""
-    title = " ".join(question.split())
-    if len(title) > TITLE_CHARS:
-        title = title[:TITLE_CHARS].rsplit(" ", 1)[0] + "…"
+    title = cut_at_word(" ".join(question.split()), TITLE_CHARS)
     if stopped:
         lead = "_Stopped before the research was finished: the report so far._"
     else:
