@@ -49,13 +49,13 @@ from core.grounding import (
     told_by,
     told_of_us,
 )
-from core.memory_search import RetrievedMemory, retrieve_memories
+from core.memory_search import RetrievedMemory, retrieve_memories, users_names
 from core.model_json import json_object_in
 from core.preferences import with_defaults
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
 from core.relative_dates import absolute_dates
 from core.services import Services
-from core.third_person import third_person
+from core.third_person import named_as_user, third_person, users_name
 
 log = logging.getLogger("resolveai.memory")
 
@@ -174,6 +174,8 @@ async def _extract(
         else []
     )
     forgotten = [what for later in since for what in forget_requests(later)]
+    # The user's name first: the model may tell the message's other facts of it (`named_as_user`).
+    operations.sort(key=lambda op: users_name(str(op.get("fact"))) is None)
     for operation in operations:
         await _apply(services, message, operation, known, result, forgotten)
 
@@ -196,6 +198,8 @@ async def _apply(
     if kind not in ("add", "update", "supersede") or not isinstance(fact, str):
         return  # "none", or nothing usable
     fact = third_person(fact)  # "I live in Lisbon." copied from the message is the user's fact
+    if not _ABOUT_THE_USER.search(fact):  # "Luc works as a nurse.", once the user is Luc
+        fact = named_as_user(fact, await users_names(pool, user_id=message["user_id"]))
     # "last year" would be wrong next year; "yesterday" is the user's yesterday.
     zone = with_defaults(message["preferences"])["time_zone"]
     fact = absolute_dates(fact, now_in(zone, message["sent_at"]).now)

@@ -7,7 +7,8 @@ words it shares with the query), and a relevance test leaves out what is neither
 nor a strong word match, so an unrelated query gets nothing rather than noise. Only current
 memories are searched unless the caller asks for superseded ones too (a question about the past).
 `few_memories` is the shortcut before it: all of a user's memories, when they are few;
-`reply_wishes`, how the user wants replies, goes with the search's.
+`reply_wishes`, how the user wants replies, goes with the search's; `users_names`, what they are
+called, with the extraction's.
 Writing memories is core/memory_store.py's job.
 
 Measured with `python -m evals memory-retrieval` (LoCoMo turns as memories, 498 questions; the
@@ -28,6 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 from core.grounding import REPLY_WISH, REPLY_WORDS
 from core.memory_store import ITERATIVE_SCAN_SQL, MEMORY_COLUMNS, QueryEmbedder, check_embedding
 from core.statements import fetch_all
+from core.third_person import users_name
 
 # Both thresholds are cosine similarities (1 - pgvector's `<=>` distance) of all-MiniLM-L6-v2
 # vectors, measured by `python -m evals.memory_thresholds` (re-run it after changing the embedder).
@@ -280,6 +282,18 @@ async def reply_wishes(
         {"user": user_id, "words": _REPLY_WORDS_QUERY, "wish": _REPLY_WISH_SQL, "limit": limit},
     )
     return [_retrieved(row, None) for row in rows]
+
+
+async def users_names(pool: AsyncConnectionPool, *, user_id: uuid.UUID) -> list[str]:
+    """The names the user's current memories give them ("The user's name is Luc." → "Luc"),
+    newest first."""
+    rows = await fetch_all(
+        pool,
+        "SELECT content FROM memories WHERE user_id = %(user)s AND valid_to IS NULL"
+        " AND content ILIKE 'the user_s %%name is %%' ORDER BY created_at DESC, memory_id",
+        {"user": user_id},
+    )
+    return [name for row in rows if (name := users_name(row["content"]))]
 
 
 def _retrieved(row: dict[str, Any], similarity: float | None) -> RetrievedMemory:

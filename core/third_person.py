@@ -10,6 +10,11 @@ opening subject and verb change (by rules: a past form stays, "live" becomes "li
 "studies"); later "my", "me" and "I" become "their", "them" and "they". A wish about replies
 copied as the user asked it ("Please always answer in British English.") is the user's too: "The
 user wants you to always answer in British English.".
+
+A model that knows the user's name may use it as the subject: from "Bonjour ! Je m'appelle Luc, je
+suis infirmier à Lyon et j'ai deux chats." the local model wrote "The user's name is Luc." and then
+"Luc works as an infirmier in Lyon.", which was refused. A fact opening with the name the user gave
+(`users_name`) is about the user too (`named_as_user`).
 """
 
 from __future__ import annotations
@@ -116,3 +121,29 @@ def _wished(text: str) -> str | None:
         return None
     wish = f"The user wants you {'not ' if dont else ''}to {rest[0].lower()}{_rest(rest[1:])}"
     return wish if is_reply_wish(wish) else None
+
+
+# "The user's name is Luc Martin.": a name of words that start with a letter.
+_USERS_NAME = re.compile(
+    r"the user['’]s (?:first |full )?name is (?P<name>[^\W\d_][\w'’-]*(?: [^\W\d_][\w'’-]*)*)\.?",
+    re.I,
+)
+
+
+def users_name(fact: str) -> str | None:
+    """The name a fact gives the user ("The user's name is Luc Martin." → "Luc Martin"); None
+    for any other fact."""
+    match = _USERS_NAME.fullmatch(fact.strip())
+    return match.group("name") if match else None
+
+
+def named_as_user(fact: str, names: list[str]) -> str:
+    """`fact` about "the user" when it opens with one of the user's `names` or its first word
+    ("Luc Martin's cats are called Tom." → "The user's cats are called Tom."); any other fact as
+    it is."""
+    forms = {form for name in names for form in (name, name.split()[0])}
+    for form in sorted(forms, key=len, reverse=True):  # "Luc Martin" before "Luc"
+        match = re.match(rf"{re.escape(form)}(['’]s)?\b(?!['’-])", fact.strip())
+        if match:
+            return "The user" + (match.group(1) or "") + fact.strip()[match.end() :]
+    return fact

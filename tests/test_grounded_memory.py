@@ -963,6 +963,44 @@ async def test_a_fact_the_user_tells_of_we_is_kept_in_their_words(
     assert sum("not a fact about the user" in line for line in lines) == 2, lines
 
 
+async def test_a_fact_the_model_tells_of_the_user_by_name_is_the_users(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    chat_services: Services,
+    empty: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seen in a keyless trial: from "Bonjour ! Je m'appelle Luc, je suis infirmier à Lyon et j'ai
+    deux chats." the local model saved "The user's name is Luc." but wrote "Luc works as an
+    infirmier in Lyon." and "Luc has two cats.", both refused as not about the user. A fact told
+    of the name the user gave, in the same message or before, is theirs; one of another name
+    is not."""
+    caplog.set_level("INFO", logger="resolveai.memory")
+    model.push({"text": "Nice to meet you, Luc!"}, {"text": "Cute!"}, {"text": "Nice."})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user's name is Luc Martin.", "sentences": [1]},
+            {"op": "add", "fact": "Luc works as a nurse in Lyon.", "sentences": [2]},
+        ),
+        ops({"op": "add", "fact": "Luc Martin's cats are called Tom and Lou.", "sentences": [1]}),
+        ops({"op": "add", "fact": "Paul lives in Nice.", "sentences": [1]}),
+    )
+    await send(client, "I'm Luc Martin. I work as a nurse in Lyon.")
+    await extractions_done(chat_services)
+    await send(client, "My cats are called Tom and Lou.")  # the name is a memory by now
+    await extractions_done(chat_services)
+    await send(client, "My brother Paul lives in Nice.")
+    await extractions_done(chat_services)
+    assert sorted((m["content"], m["quote"]) for m in await memories(client)) == [
+        ("The user works as a nurse in Lyon.", "I work as a nurse in Lyon."),
+        ("The user's cats are called Tom and Lou.", "My cats are called Tom and Lou."),
+        ("The user's name is Luc Martin.", "I'm Luc Martin."),
+    ]
+    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    assert sum("not a fact about the user" in line for line in lines) == 1, lines
+
+
 @pytest.mark.parametrize(
     ("said", "facts", "kept"),
     [
