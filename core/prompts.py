@@ -342,6 +342,44 @@ def _change_input(saved: str, told: str) -> str:
     return f"{block('saved_fact', saved)}\n{block('new_fact', told)}"
 
 
+# --- the sum a message asks for ------------------------------------------------------------------
+
+# Asked for a message with arithmetic in it when the chat model cannot call the calculator (the
+# local model; chat/arithmetic.py). Alone, the local model got "What is 17.5% of 2,340?" wrong
+# (418.5); asked for the expression only, it wrote 17.5/100*2340.
+ARITHMETIC_INSTRUCTIONS = """\
+You turn a message into one arithmetic expression for a calculator. Reply with JSON only.
+- Write numbers without thousands separators or units. Use + - * / ** and parentheses, and \
+sqrt(), log(), exp(), abs(), round(), factorial(), min(), max(), pi.
+- A percentage p% is p/100.
+- If the message asks for no calculation, or for one that is not arithmetic on its numbers \
+(dates, facts you would have to look up), the expression is ""."""
+
+ARITHMETIC_EXAMPLES = [
+    ("How much is 15% of 80?", "15/100*80"),
+    ("Split a $96 bill between 3 people, plus a 10% tip.", "96*1.10/3"),
+    ("What's the square root of 2 times 3?", "sqrt(2)*3"),
+    ("Explain how a bicycle gear works.", ""),
+    ("I have 2 kids aged 5 and 7.", ""),
+]
+
+ARITHMETIC_SCHEMA = {
+    "type": "object",
+    "properties": {"expression": {"type": "string", "maxLength": 200}},
+    "required": ["expression"],
+}
+
+
+def arithmetic_request(message: str) -> list[dict[str, str]]:
+    """Messages asking the utility model for the expression that computes what `message` asks:
+    the instructions and worked examples, then the message."""
+    messages = [{"role": "system", "content": ARITHMETIC_INSTRUCTIONS}]
+    for said, expression in ARITHMETIC_EXAMPLES:
+        messages.append({"role": "user", "content": block("user_message", said)})
+        messages.append({"role": "assistant", "content": json.dumps({"expression": expression})})
+    return [*messages, {"role": "user", "content": block("user_message", message)}]
+
+
 # --- web search ----------------------------------------------------------------------------------
 
 UNTRUSTED_SOURCES_RULE = (

@@ -1,0 +1,88 @@
+"""The calculator for a chat model that cannot call it: the sum a message asks for is worked out
+before the model answers.
+
+The local model is offered no tools (`capabilities: tools: false`), so it did its arithmetic
+itself, and wrongly: in a keyless trial "What is 17.5% of 2,340?" got 418.5 (it is 409.5). For a
+message that shows arithmetic (`asks_for_arithmetic`: numbers with an operator, a percentage, or
+a word such as "times" or "square root"), the utility model is asked for the expression alone
+(core/prompts.py `arithmetic_request`, JSON with a schema), which it writes far better than it
+computes. An expression the calculator accepts becomes a `calculator` call of the turn, as if the
+model had made it: the user sees "Calculating 17.5/100*2340", and the model answers from the
+exact result. Anything else (no expression, one the calculator refuses, a failed call) leaves the
+turn as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+from chat.state import TurnContext
+from chat.steps import short_id
+from core import tracing
+from core.calculator import CalculatorError, evaluate
+from core.model_json import json_object_in
+from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
+
+log = logging.getLogger("resolveai.chat")
+
+MAX_OUTPUT_TOKENS = 80  # {"expression": "…"}
+RESPONSE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "arithmetic", "schema": ARITHMETIC_SCHEMA, "strict": True},
+}
+
+_NUMBER = r"\d[\d,]*(?:\.\d+)?"
+# "12 * 4", "2^10", "3 x 7", "96/3", "5 - 2"; a minus only between spaces: "555-1234" is a phone
+# number, "10-11am" a range.
+_OPERATION = re.compile(rf"{_NUMBER}(?:\s*(?:[+*/×÷^]|\bx\b)|\s+[-−]\s)\s*\(?\s*{_NUMBER}")
+_PERCENT = re.compile(rf"{_NUMBER}\s*(?:%|percent\b|per cent\b)", re.IGNORECASE)
+_ARITHMETIC_WORDS = re.compile(
+    r"\b(?:plus|minus|times|multiplied by|divided by|squared|cubed|square root|cube root"
+    r"|to the power|factorial|calculate|compute|sqrt|log)\b",
+    re.IGNORECASE,
+)
+_NUMBERS = re.compile(_NUMBER)
+
+
+def asks_for_arithmetic(message: str) -> bool:
+    """Whether `message` shows arithmetic to do: an operation between numbers, a percentage with
+    another number, or an arithmetic word with a number."""
+    numbers = len(_NUMBERS.findall(message))
+    return bool(
+        _OPERATION.search(message)
+        or (_PERCENT.search(message) and numbers >= 2)
+        or (_ARITHMETIC_WORDS.search(message) and numbers >= 1)
+    )
+
+
+async def expression_for(turn: TurnContext, message: str) -> str | None:
+    """The expression the calculator can compute for what `message` asks, written by the utility
+    model; None when it gave none, the calculator refuses it, or the call failed."""
+    try:
+        response = await turn.services.router.acompletion(
+            model="utility",
+            messages=arithmetic_request(message),
+            response_format=RESPONSE_FORMAT,
+            max_tokens=MAX_OUTPUT_TOKENS,
+            temperature=0,
+            metadata=tracing.trace_metadata(
+                str(turn.user_message_id), str(turn.chat_id), "arithmetic",
+                user_id=str(turn.user_id),
+            ),
+        )  # fmt: skip
+    except Exception as error:  # the answer goes on without it
+        log.info("Chat %s: no expression for the sum (%s)", short_id(turn.chat_id), error)
+        return None
+    payload = json_object_in(response.choices[0].message.content)
+    expression = payload.get("expression") if payload else None
+    if not isinstance(expression, str) or not expression.strip():
+        return None
+    try:
+        # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
+        await asyncio.to_thread(evaluate, expression)
+    except CalculatorError as error:
+        log.info("Chat %s: no sum in %r (%s)", short_id(turn.chat_id), expression[:80], error)
+        return None
+    return expression.strip()

@@ -1,0 +1,104 @@
+"""The calculator for a chat model without tools (the local model): a message with arithmetic in
+it gets the exact result before the model answers. Real database, embedder and graph; the model
+scripted, its capabilities those of the local model."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from chat.arithmetic import asks_for_arithmetic
+from chat.runner import start_turn, stream_turn
+from core.accounts import LOCAL_USER_ID
+from core.services import Services
+from tests.scripted_model import ScriptedProvider
+
+
+def without_tools(services: Services) -> Services:
+    plan = copy.deepcopy(services.model_plan)
+    plan.capabilities["scripted/chat"] = {"tools": False, "memory_tools": False}
+    return dataclasses.replace(services, model_plan=plan)
+
+
+async def run(services: Services, text: str) -> list[dict[str, Any]]:
+    turn = await start_turn(services, None, text, use_web=False, user_id=LOCAL_USER_ID)
+    events = [event async for event in stream_turn(turn)]
+    assert events[-1]["type"] == "done"
+    return events
+
+
+def expression(text: str) -> dict[str, str]:
+    return {"text": json.dumps({"expression": text})}
+
+
+async def test_a_sum_is_computed_before_a_model_without_tools_answers(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial: "What is 17.5% of 2,340?" got 418.5 from the local model (it is
+    409.5). The utility model writes the expression, the calculator computes it, the user sees
+    the step, and the chat model answers with the result in front of it."""
+    services = without_tools(chat_services)
+    model.push(expression("17.5/100*2340"), {"text": "17.5% of 2,340 is 409.5."})
+    events = await run(services, "What is 17.5% of 2,340?")
+    assert [c["model"] for c in model.calls] == ["utility", "chat"]
+    asked = model.calls[0]
+    assert asked["response_format"]["json_schema"]["name"] == "arithmetic"
+    assert "What is 17.5% of 2,340?" in asked["messages"][-1]["content"]
+    answer = model.calls[1]
+    assert answer["tools"] is None  # still no tools offered
+    result = next(m for m in answer["messages"] if m["role"] == "tool")
+    assert json.loads(result["content"])["result"] == "409.5"
+    assert "Calculating 17.5/100*2340" in [e["text"] for e in events if e["type"] == "step"]
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["", "Paris", "lambda x, y: x + y", "not json"],
+    ids=["no expression", "a word", "code", "not JSON"],
+)
+async def test_no_sum_the_calculator_accepts_leaves_the_turn_as_it_was(
+    chat_services: Services, model: ScriptedProvider, written: str
+) -> None:
+    services = without_tools(chat_services)
+    model.push(
+        expression(written) if written != "not json" else {"text": written}, {"text": "Sure."}
+    )
+    await run(services, "What is 3 times the number of planets?")
+    assert [c["model"] for c in model.calls] == ["utility", "chat"]
+    assert not [m for m in model.calls[1]["messages"] if m["role"] == "tool"]
+
+
+async def test_a_message_without_arithmetic_or_a_model_with_tools_is_not_asked(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    model.push({"text": "Gears trade force for speed."}, {"text": "409.5."})
+    await run(without_tools(chat_services), "Explain how a bicycle gear works.")
+    await run(chat_services, "What is 17.5% of 2,340?")  # it can call the calculator itself
+    assert [c["model"] for c in model.calls] == ["chat", "chat"]
+    assert model.calls[1]["tools"]  # offered, the calculator among them
+
+
+@pytest.mark.parametrize(
+    ("message", "shows"),
+    [
+        ("What is 17.5% of 2,340?", True),
+        ("If I earn 52,000 a year and pay 22% tax, how much is left per month?", True),
+        ("What is 100 - 37?", True),
+        ("Calculate 2^10", True),
+        ("What is the square root of 144?", True),
+        ("What is (3 + 4) * 5?", True),
+        ("I have 2 kids aged 5 and 7.", False),
+        ("My phone number is 555-1234.", False),
+        ("Can we meet at 10-11am on 2026-03-03?", False),
+        ("What happened in 1989?", False),
+        ("Write a function that returns x*y.", False),
+    ],
+)
+def test_a_message_shows_arithmetic_by_its_numbers_and_operations(
+    message: str, shows: bool
+) -> None:
+    assert asks_for_arithmetic(message) is shows
