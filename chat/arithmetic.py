@@ -6,22 +6,27 @@ itself, and wrongly: in a keyless trial "What is 17.5% of 2,340?" got 418.5 (it 
 message that shows arithmetic (`asks_for_arithmetic`: numbers with an operator, a percentage, or
 a word such as "times" or "square root"), the utility model is asked for the expression alone
 (core/prompts.py `arithmetic_request`, JSON with a schema), which it writes far better than it
-computes. An expression the calculator accepts becomes a `calculator` call of the turn, as if the
-model had made it: the user sees "Calculating 17.5/100*2340", and the model answers from the
-exact result. Anything else (no expression, one the calculator refuses, a failed call) leaves the
-turn as it was.
+computes, and the calculator computes it. The user sees the step ("Calculating 17.5/100*2340 =
+409.5"), the result goes with the message to the chat model (core/prompts.py `user_turn`), and
+the reply is saved with it as a calculator call. Anything else (no expression, one the calculator
+refuses, a failed call) leaves the turn as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
 
 from chat.state import TurnContext
-from chat.steps import short_id
+from chat.steps import short_id, step_event
 from core import tracing
-from core.calculator import CalculatorError, evaluate
+from core.calculator import CalculatorError, evaluate, format_number
 from core.model_json import json_object_in
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
 
@@ -57,9 +62,47 @@ def asks_for_arithmetic(message: str) -> bool:
     )
 
 
-async def expression_for(turn: TurnContext, message: str) -> str | None:
-    """The expression the calculator can compute for what `message` asks, written by the utility
-    model; None when it gave none, the calculator refuses it, or the call failed."""
+@dataclass(frozen=True)
+class Calculation:
+    expression: str
+    result: str  # as the calculator tool gives it ("409.5", "7,006,652")
+    record: dict[str, Any]  # the calculator call, saved with the reply
+
+    @property
+    def worked_out(self) -> str:
+        return f"{self.expression} = {self.result}"
+
+
+async def calculation_for(turn: TurnContext, message: str) -> Calculation | None:
+    """The sum `message` asks for, worked out, when the chat model cannot call the calculator
+    (and the user did not switch it off) and the message shows arithmetic; None otherwise."""
+    tools = turn.services.model_plan.capability("chat", "tools")
+    if tools or "calculator" in turn.tools_off or not asks_for_arithmetic(message):
+        return None
+    started = time.monotonic()
+    step_event(turn, "Working out the numbers")
+    expression = await _expression_for(turn, message)
+    if expression is None:
+        return None
+    try:
+        # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
+        result = format_number(await asyncio.to_thread(evaluate, expression))
+    except CalculatorError as error:
+        log.info("Chat %s: no sum in %r (%s)", short_id(turn.chat_id), expression[:80], error)
+        return None
+    step_event(turn, f"Calculating {expression} = {result}", tool="calculator")
+    record = {
+        "id": f"call_{uuid.uuid4().hex[:24]}", "name": "calculator",
+        "args": {"expression": expression},
+        "result": json.dumps({"expression": expression, "result": result}), "ok": True,
+        "duration_ms": round((time.monotonic() - started) * 1000),
+    }  # fmt: skip
+    return Calculation(expression, result, record)
+
+
+async def _expression_for(turn: TurnContext, message: str) -> str | None:
+    """The expression the utility model writes for what `message` asks; None when it gave none
+    or the call failed."""
     try:
         response = await turn.services.router.acompletion(
             model="utility",
@@ -77,12 +120,4 @@ async def expression_for(turn: TurnContext, message: str) -> str | None:
         return None
     payload = json_object_in(response.choices[0].message.content)
     expression = payload.get("expression") if payload else None
-    if not isinstance(expression, str) or not expression.strip():
-        return None
-    try:
-        # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
-        await asyncio.to_thread(evaluate, expression)
-    except CalculatorError as error:
-        log.info("Chat %s: no sum in %r (%s)", short_id(turn.chat_id), expression[:80], error)
-        return None
-    return expression.strip()
+    return (expression.strip() or None) if isinstance(expression, str) else None

@@ -18,7 +18,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
-from chat.arithmetic import asks_for_arithmetic, expression_for
+from chat.arithmetic import calculation_for
 from chat.document_recall import document_search, recall_documents
 from chat.memory_recall import recall_memories
 from chat.replies import done_event, save_reply
@@ -75,10 +75,11 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     pool = turn.services.database.pool
     # Research searches the documents for each of its sub-questions instead.
     research_mode = state.get("mode") == "research"
-    (summary, history), recalled, (passages, documents) = await asyncio.gather(
+    (summary, history), recalled, (passages, documents), calculation = await asyncio.gather(
         _unsummarised(pool, turn.chat_id),
         recall_memories(turn, state["user_text"]),
         recall_documents(turn, "" if research_mode else state["user_text"]),
+        calculation_for(turn, "" if research_mode or turn.continues else state["user_text"]),
     )
     turn.seen["unsummarised"] = len(history)  # (the summary fold after the reply needs it)
     continues = turn.continues or {}
@@ -107,8 +108,9 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         step_event(turn, LINKS_UNREAD)
         turn.add_note(LINKS_UNREAD)
     question = user_turn(
-        state["user_text"], state.get("use_web", False), with_message, documents, links_unread
-    )
+        state["user_text"], state.get("use_web", False), with_message, documents, links_unread,
+        calculation.worked_out if calculation else None,
+    )  # fmt: skip
     messages = [
         {"role": "system", "content": system},
         *earlier,
@@ -134,6 +136,8 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
         # The same list the search_documents tool adds to, so what it finds is saved too.
         "sources": continues.get("sources") or turn.document_sources,
         "recalled": recalled.lines(),
+        # Saved with the reply as the calculator calls of a model that makes its own are.
+        "tool_calls": [calculation.record] if calculation else [],
     }
 
 
@@ -164,9 +168,8 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
 
     A chat model without tools (`capabilities: tools: false`, the local model) is never offered
     any: with "Use web tool" ticked the first search runs on the user's own words instead of a
-    model call, and a message with arithmetic in it gets the calculator first (chat/arithmetic.py).
-    Every model's text goes through the tool-markup filter, so call markup never reaches the
-    screen or the saved reply; a reply cut by the length limit is continued.
+    model call. Every model's text goes through the tool-markup filter, so call markup never
+    reaches the screen or the saved reply; a reply cut by the length limit is continued.
     """
     turn = turn_of(config)
     calls = state.get("model_calls", 0) + 1
@@ -190,15 +193,6 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
             "tool_calls": [_search_call(state["user_text"])],
         }
         return {"messages": [assistant], "model_calls": calls - 1}
-    # A model without tools does its arithmetic itself, and wrongly: the calculator first.
-    first = calls == 1 and not state.get("tool_calls") and not turn.continues
-    calculates = first and not with_tools and "calculator" in names
-    if calculates and asks_for_arithmetic(state["user_text"]):
-        expression = await expression_for(turn, state["user_text"])
-        if expression:
-            call = _tool_call("calculator", {"expression": expression})
-            assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
-            return {"messages": [assistant], "model_calls": calls - 1}
     offered = with_tools and calls < MAX_MODEL_CALLS and not state.get("answer_now")
     tools = tool_schemas(names) if offered else None
     # "Use web tool" ticked: the first search of the message is not the model's choice.

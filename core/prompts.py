@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from core.prompt_blocks import block
+from core.prompt_blocks import block, untrusted
 from core.text_cuts import cut_at_word
 
 WEB_NOTE = "use web tool to answer"
@@ -115,16 +115,20 @@ def user_turn(
     memories: list[str] | None = None,
     documents: list[tuple[int, str, list[str]]] | None = None,
     links_unread: bool = False,
+    calculation: str | None = None,
 ) -> str:
     """The new message as the model sees it (the saved message is exactly what the user typed),
     after the memories recalled for it and the passages of the user's documents found for it
     (`documents`: numbered, as `source_blocks` takes them). They sit here, in the last message,
     rather than in the instructions, so the prompt's prefix (instructions, summary, history)
     stays the same from turn to turn and the model's prompt cache keeps it. `links_unread`: the
-    message has links this server does not read."""
+    message has links this server does not read. `calculation`: the sum the message asks for,
+    worked out by the calculator ("17.5/100*2340 = 409.5"), for a model that cannot call it."""
     turn = f"{text}\n\n<note>{WEB_NOTE}</note>" if use_web else text
     if links_unread:
         turn = f"{turn}\n\n<note>{LINKS_UNREAD_NOTE}</note>"
+    if calculation:
+        turn = f"{turn}\n\n<note>{CALCULATION_NOTE.format(untrusted(calculation))}</note>"
     if documents:
         turn = f"{turn}\n\n<note>{DOCUMENTS_NOTE}</note>"
     parts = []
@@ -362,6 +366,13 @@ ARITHMETIC_EXAMPLES = [
     ("Explain how a bicycle gear works.", ""),
     ("I have 2 kids aged 5 and 7.", ""),
 ]
+
+# With the message, for the chat model. Given as a tool call and its result instead, the local
+# model thanked the user "for providing the result" (3 of 3 sums) and once left the number out.
+# Without the last sentence, it worked a tax sum out again step by step, wrongly.
+CALCULATION_NOTE = (
+    "The calculator worked this out exactly: {}. Give this result; do not redo the arithmetic."
+)
 
 ARITHMETIC_SCHEMA = {
     "type": "object",

@@ -7,12 +7,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import uuid
 from typing import Any
 
 import pytest
 
 from chat.arithmetic import asks_for_arithmetic
 from chat.runner import start_turn, stream_turn
+from core import chat_store
 from core.accounts import LOCAL_USER_ID
 from core.services import Services
 from tests.scripted_model import ScriptedProvider
@@ -31,6 +33,10 @@ async def run(services: Services, text: str) -> list[dict[str, Any]]:
     return events
 
 
+def chat_id(events: list[dict[str, Any]]) -> uuid.UUID:
+    return uuid.UUID(next(e["chat_id"] for e in events if e["type"] == "chat"))
+
+
 def expression(text: str) -> dict[str, str]:
     return {"text": json.dumps({"expression": text})}
 
@@ -40,7 +46,8 @@ async def test_a_sum_is_computed_before_a_model_without_tools_answers(
 ) -> None:
     """Seen in a keyless trial: "What is 17.5% of 2,340?" got 418.5 from the local model (it is
     409.5). The utility model writes the expression, the calculator computes it, the user sees
-    the step, and the chat model answers with the result in front of it."""
+    the step, the chat model answers with the result in its message, and the reply is saved with
+    the calculator call."""
     services = without_tools(chat_services)
     model.push(expression("17.5/100*2340"), {"text": "17.5% of 2,340 is 409.5."})
     events = await run(services, "What is 17.5% of 2,340?")
@@ -50,9 +57,16 @@ async def test_a_sum_is_computed_before_a_model_without_tools_answers(
     assert "What is 17.5% of 2,340?" in asked["messages"][-1]["content"]
     answer = model.calls[1]
     assert answer["tools"] is None  # still no tools offered
-    result = next(m for m in answer["messages"] if m["role"] == "tool")
-    assert json.loads(result["content"])["result"] == "409.5"
-    assert "Calculating 17.5/100*2340" in [e["text"] for e in events if e["type"] == "step"]
+    said = answer["messages"][-1]
+    assert said["role"] == "user" and said["content"].startswith("What is 17.5% of 2,340?")
+    assert "17.5/100*2340 = 409.5" in said["content"]
+    assert not [m for m in answer["messages"] if m["role"] == "tool"]
+    steps = [e["text"] for e in events if e["type"] == "step"]
+    assert "Calculating 17.5/100*2340 = 409.5" in steps
+    saved = await chat_store.list_messages(services.database.pool, chat_id(events))
+    assert [(c["name"], c["args"]) for c in saved[-1]["tool_calls"]] == [
+        ("calculator", {"expression": "17.5/100*2340"})
+    ]
 
 
 @pytest.mark.parametrize(
@@ -67,9 +81,11 @@ async def test_no_sum_the_calculator_accepts_leaves_the_turn_as_it_was(
     model.push(
         expression(written) if written != "not json" else {"text": written}, {"text": "Sure."}
     )
-    await run(services, "What is 3 times the number of planets?")
+    events = await run(services, "What is 3 times the number of planets?")
     assert [c["model"] for c in model.calls] == ["utility", "chat"]
-    assert not [m for m in model.calls[1]["messages"] if m["role"] == "tool"]
+    assert "The calculator" not in model.calls[1]["messages"][-1]["content"]
+    saved = await chat_store.list_messages(services.database.pool, chat_id(events))
+    assert not saved[-1]["tool_calls"]
 
 
 async def test_a_message_without_arithmetic_or_a_model_with_tools_is_not_asked(
