@@ -4,12 +4,13 @@ before the model answers.
 The local model is offered no tools (`capabilities: tools: false`), so it did its arithmetic
 itself, and wrongly: in a keyless trial "What is 17.5% of 2,340?" got 418.5 (it is 409.5). For a
 message that shows arithmetic (`asks_for_arithmetic`: numbers with an operator, a percentage, or
-a word such as "times" or "square root"), the utility model is asked for the expression alone
+a word such as "times" or "square root"), the expression is the message itself when it is just a
+sum ("What is 1,234 × 5,678?", `written_out`); otherwise the utility model is asked for it alone
 (core/prompts.py `arithmetic_request`, JSON with a schema), which it writes far better than it
-computes, and the calculator computes it. The user sees the step ("Calculating 17.5/100*2340 =
-409.5"), the result goes with the message to the chat model (core/prompts.py `user_turn`), and
-the reply is saved with it as a calculator call. Anything else (no expression, one the calculator
-refuses, a failed call) leaves the turn as it was.
+computes (a few seconds on the local model). The calculator computes it. The user sees the step
+("Calculating 17.5/100*2340 = 409.5"), the result goes with the message to the chat model
+(core/prompts.py `user_turn`), and the reply is saved with it as a calculator call. Anything
+else (no expression, one the calculator refuses, a failed call) leaves the turn as it was.
 """
 
 from __future__ import annotations
@@ -62,6 +63,30 @@ def asks_for_arithmetic(message: str) -> bool:
     )
 
 
+# What may open a sum written out in full ("What's 1,234 × 5,678?"): then no model is needed.
+_ASKING = re.compile(
+    r"\s*(?:what(?:['’]s| is| are)|how much is|calculate|compute|work out|solve)\b[\s:]*",
+    re.IGNORECASE,
+)
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_TIMES = re.compile(r"(?<=[\d)])\s*[x×]\s*(?=[\d(])")
+# Only numbers, spaces and + - * / ( ): "%" would be the calculator's modulo, not a percentage.
+_SUM_ONLY = re.compile(r"[\d\s.+\-*/()]*\d[\d\s.+\-*/()]*")
+
+
+def written_out(message: str) -> str | None:
+    """The sum `message` is, when it is nothing but one ("1,234 × 5,678", "What is 2^10 - 1?"),
+    as the calculator takes it ("1234 * 5678", "2**10 - 1"); None otherwise."""
+    text = message.strip()
+    asking = _ASKING.match(text)
+    text = text[asking.end() :] if asking else text
+    text = _THOUSANDS.sub("", text.rstrip(" ?=.!"))
+    text = _TIMES.sub(" * ", text).replace("÷", "/").replace("−", "-").replace("^", "**")
+    if not _SUM_ONLY.fullmatch(text) or not _OPERATION.search(text):
+        return None
+    return " ".join(text.split())
+
+
 @dataclass(frozen=True)
 class Calculation:
     expression: str
@@ -80,8 +105,10 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
     if tools or "calculator" in turn.tools_off or not asks_for_arithmetic(message):
         return None
     started = time.monotonic()
-    step_event(turn, "Working out the numbers")
-    expression = await _expression_for(turn, message)
+    expression = written_out(message)
+    if expression is None:
+        step_event(turn, "Working out the numbers")
+        expression = await _expression_for(turn, message)
     if expression is None:
         return None
     try:

@@ -369,9 +369,11 @@ ARITHMETIC_EXAMPLES = [
 
 # With the message, for the chat model. Given as a tool call and its result instead, the local
 # model thanked the user "for providing the result" (3 of 3 sums) and once left the number out.
-# Without the last sentence, it worked a tax sum out again step by step, wrongly.
+# Without "do not redo the arithmetic" it worked a tax sum out again step by step, wrongly; asked
+# to say how the result was found, it made up how (7 sums of a keyless trial: 7 right this way).
 CALCULATION_NOTE = (
-    "The calculator worked this out exactly: {}. Give this result; do not redo the arithmetic."
+    "The answer, worked out exactly by the calculator: {}. Answer with this result in a sentence"
+    " or two; do not redo the arithmetic."
 )
 
 ARITHMETIC_SCHEMA = {

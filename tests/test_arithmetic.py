@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chat.arithmetic import asks_for_arithmetic
+from chat.arithmetic import asks_for_arithmetic, written_out
 from chat.runner import start_turn, stream_turn
 from core import chat_store
 from core.accounts import LOCAL_USER_ID
@@ -86,6 +86,32 @@ async def test_no_sum_the_calculator_accepts_leaves_the_turn_as_it_was(
     assert "The calculator" not in model.calls[1]["messages"][-1]["content"]
     saved = await chat_store.list_messages(services.database.pool, chat_id(events))
     assert not saved[-1]["tool_calls"]
+
+
+async def test_a_message_that_is_just_a_sum_needs_no_model_to_write_it(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    model.push({"text": "It is 7,006,652."})
+    events = await run(without_tools(chat_services), "What's 1,234 × 5,678?")
+    assert [c["model"] for c in model.calls] == ["chat"]
+    assert "1234 * 5678 = 7006652" in model.calls[0]["messages"][-1]["content"]
+    assert "Calculating 1234 * 5678 = 7006652" in [e["text"] for e in events if e["type"] == "step"]
+
+
+@pytest.mark.parametrize(
+    ("message", "sum_"),
+    [
+        ("What is 2^10 - 1?", "2**10 - 1"),
+        ("Calculate (3 + 4) x 5", "(3 + 4) * 5"),
+        ("2 + 2 = ?", "2 + 2"),
+        ("17.5% of 2,340", None),  # a percentage: written by the model
+        ("What is 3 times 7?", None),
+        ("whatever 2 + 2", None),
+        ("2026-03-03", None),
+    ],
+)
+def test_a_sum_written_out_is_taken_as_it_is(message: str, sum_: str | None) -> None:
+    assert written_out(message) == sum_
 
 
 async def test_a_message_without_arithmetic_or_a_model_with_tools_is_not_asked(
