@@ -90,7 +90,7 @@ def written_out(message: str) -> str | None:
 @dataclass(frozen=True)
 class Calculation:
     expression: str
-    result: str  # as the calculator tool gives it ("409.5", "7,006,652")
+    result: str  # for people: "409.5", "7,006,652"
     record: dict[str, Any]  # the calculator call, saved with the reply
 
     @property
@@ -113,15 +113,17 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
         return None
     try:
         # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
-        result = format_number(await asyncio.to_thread(evaluate, expression))
+        value = await asyncio.to_thread(evaluate, expression)
     except CalculatorError as error:
         log.info("Chat %s: no sum in %r (%s)", short_id(turn.chat_id), expression[:80], error)
         return None
+    result = format_number(value, grouped=True)
     step_event(turn, f"Calculating {expression} = {result}", tool="calculator")
     record = {
         "id": f"call_{uuid.uuid4().hex[:24]}", "name": "calculator",
         "args": {"expression": expression},
-        "result": json.dumps({"expression": expression, "result": result}), "ok": True,
+        "result": json.dumps({"expression": expression, "result": format_number(value)}),
+        "ok": True,
         "duration_ms": round((time.monotonic() - started) * 1000),
     }  # fmt: skip
     return Calculation(expression, result, record)

@@ -146,13 +146,16 @@ def evaluate(expression: str, limits: Limits = DEFAULT_LIMITS) -> Number:
     return value
 
 
-def format_number(value: Number) -> str:
-    """The result as the model should read it: an integer in full, a float to 15 digits."""
+def format_number(value: Number, grouped: bool = False) -> str:
+    """The result as the model should read it: an integer in full, a float to 15 digits;
+    `grouped`: with commas between thousands ("7,006,652"), which a small model writing the
+    answer for a person otherwise adds itself, and misplaces ("700,665,2")."""
+    comma = "," if grouped else ""
     if isinstance(value, int):
-        return str(value)
+        return format(value, comma)
     if value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return format(value, ".15g")
+        return format(int(value), comma)
+    return format(value, f"{comma}.15g")
 
 
 def _too_deep(limits: Limits) -> str:

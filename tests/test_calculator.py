@@ -51,6 +51,9 @@ def test_arithmetic_and_functions(expression: str, expected: float) -> None:
 def test_results_read_well() -> None:
     assert format_number(evaluate("0.1 + 0.2")) == "0.3"
     assert format_number(evaluate("sqrt(2)")) == "1.4142135623731"  # 15 significant digits
+    assert format_number(7006652, grouped=True) == "7,006,652"
+    assert format_number(evaluate("1234567.891 * 1"), grouped=True) == "1,234,567.891"
+    assert format_number(evaluate("52000 * 0.78 / 12"), grouped=True) == "3,380"
     assert format_number(evaluate("4 / 2")) == "2"
     assert format_number(evaluate("2 ** 100")) == str(2**100)
 
