@@ -54,7 +54,10 @@ _NUMBERS = re.compile(_NUMBER)
 
 def asks_for_arithmetic(message: str) -> bool:
     """Whether `message` shows arithmetic to do: an operation between numbers, a percentage with
-    another number, or an arithmetic word with a number."""
+    another number, or an arithmetic word with a number. Not in a message with code in it
+    ("Why does `0.1 + 0.2` print 0.30000000000000004?"): the question is about the code."""
+    if "`" in message:
+        return False
     numbers = len(_NUMBERS.findall(message))
     return bool(
         _OPERATION.search(message)

@@ -139,6 +139,8 @@ async def test_a_message_without_arithmetic_or_a_model_with_tools_is_not_asked(
         ("Can we meet at 10-11am on 2026-03-03?", False),
         ("What happened in 1989?", False),
         ("Write a function that returns x*y.", False),
+        ("Why does `0.1 + 0.2` print 0.30000000000000004?", False),
+        ("Fix this:\n```\ntotal = 3 * 4\n```", False),
     ],
 )
 def test_a_message_shows_arithmetic_by_its_numbers_and_operations(
