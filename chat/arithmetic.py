@@ -29,6 +29,7 @@ from chat.steps import short_id, step_event
 from core import tracing
 from core.calculator import CalculatorError, evaluate, format_number
 from core.model_json import json_object_in
+from core.model_progress import progress_listener
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
 
 log = logging.getLogger("resolveai.chat")
@@ -135,6 +136,11 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
 async def _expression_for(turn: TurnContext, message: str) -> str | None:
     """The expression the utility model writes for what `message` asks; None when it gave none
     or the call failed."""
+    # Someone waits for it: on the local model it goes before background work (titles, memory
+    # extraction) rather than behind it, and is not refused when much of that waits (seen in a
+    # keyless trial: "The local model is busy with 4 requests already"). "Working out the
+    # numbers" says what it does; its reading progress is not shown.
+    watched = progress_listener.set(lambda text: None)
     try:
         response = await turn.services.router.acompletion(
             model="utility",
@@ -150,6 +156,8 @@ async def _expression_for(turn: TurnContext, message: str) -> str | None:
     except Exception as error:  # the answer goes on without it
         log.info("Chat %s: no expression for the sum (%s)", short_id(turn.chat_id), error)
         return None
+    finally:
+        progress_listener.reset(watched)
     payload = json_object_in(response.choices[0].message.content)
     expression = payload.get("expression") if payload else None
     return (expression.strip() or None) if isinstance(expression, str) else None

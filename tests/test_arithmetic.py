@@ -54,6 +54,7 @@ async def test_a_sum_is_computed_before_a_model_without_tools_answers(
     assert [c["model"] for c in model.calls] == ["utility", "chat"]
     asked = model.calls[0]
     assert asked["response_format"]["json_schema"]["name"] == "arithmetic"
+    assert asked["watched"]  # on the local model: before background work, never refused for it
     assert "What is 17.5% of 2,340?" in asked["messages"][-1]["content"]
     answer = model.calls[1]
     assert answer["tools"] is None  # still no tools offered
