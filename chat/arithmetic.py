@@ -160,4 +160,7 @@ async def _expression_for(turn: TurnContext, message: str) -> str | None:
         progress_listener.reset(watched)
     payload = json_object_in(response.choices[0].message.content)
     expression = payload.get("expression") if payload else None
-    return (expression.strip() or None) if isinstance(expression, str) else None
+    if not isinstance(expression, str):
+        return None
+    # The JSON's braces, sometimes written into the string too ("120*(1-35/100)}").
+    return expression.strip().strip("{}").strip() or None

@@ -70,6 +70,15 @@ async def test_a_sum_is_computed_before_a_model_without_tools_answers(
     ]
 
 
+async def test_the_jsons_braces_written_into_the_expression_are_left_out(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen on the local model: {"expression": "120*(1-35/100)}"}."""
+    model.push(expression("120*(1-35/100)}"), {"text": "You pay 78."})
+    await run(without_tools(chat_services), "A jacket costs 120 and is 35% off. What do I pay?")
+    assert "120*(1-35/100) = 78" in model.calls[1]["messages"][-1]["content"]
+
+
 @pytest.mark.parametrize(
     "written",
     ["", "Paris", "lambda x, y: x + y", "not json"],
