@@ -43,7 +43,7 @@ RESPONSE_FORMAT = {
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
 # "12 * 4", "2^10", "3 x 7", "96/3", "5 - 2"; a minus only between spaces: "555-1234" is a phone
 # number, "10-11am" a range.
-_OPERATION = re.compile(rf"{_NUMBER}(?:\s*(?:[+*/×÷^]|\bx\b)|\s+[-−]\s)\s*\(?\s*{_NUMBER}")
+_OPERATION = re.compile(rf"{_NUMBER}(?:\s*(?:\*\*|[+*/×÷^]|\bx\b)|\s+[-−]\s)\s*\(?\s*{_NUMBER}")
 _PERCENT = re.compile(rf"{_NUMBER}\s*(?:%|percent\b|per cent\b)", re.IGNORECASE)
 _ARITHMETIC_WORDS = re.compile(
     r"\b(?:plus|minus|times|multiplied by|divided by|squared|cubed|square root|cube root"

@@ -67,6 +67,8 @@ def _tool(services: Services, name: str) -> dict[str, Any]:
     if name == "fetch_url":  # links in a message are read on every model, tools or not
         if not services.settings.reads_links:
             reason = "reading links is off on this server (LINK_READING)"
+    elif name == "calculator":
+        pass  # a model without tools gets the calculator's result with the message (arithmetic.py)
     elif not plan.capability("chat", "tools"):
         reason = "the chat model on this server is not offered tools (the local model)"
     elif name in MEMORY_TOOLS and not plan.capability("chat", "memory_tools"):

@@ -24,6 +24,7 @@ class Exchange:
     error: str | None
     sources: list[dict[str, Any]]
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # tool_start events
+    steps: list[str] = field(default_factory=list)  # the progress lines the user saw
     seconds: float = 0.0
     user_message_id: uuid.UUID | None = None  # the message sent (what extraction reads)
     message_id: uuid.UUID | None = None  # the saved reply
@@ -49,11 +50,14 @@ async def ask(
     started = time.perf_counter()
     turn = await start_turn(services, chat_id, content, use_web, user_id=user_id, mode=mode)
     tool_calls: list[dict[str, Any]] = []
+    steps: list[str] = []
     message_id: str | None = None
     error: str | None = None
     async for event in stream_turn(turn):
         if event["type"] == "tool_start":
             tool_calls.append(event)
+        elif event["type"] == "step":
+            steps.append(event["text"])
         elif event["type"] == "done":
             message_id = event["message_id"]
         elif event["type"] == "error":
@@ -72,6 +76,7 @@ async def ask(
         error=error,
         sources=list(saved["sources"]) if saved else [],
         tool_calls=tool_calls,
+        steps=steps,
         seconds=seconds,
         user_message_id=turn.context.user_message_id,
         message_id=saved["message_id"] if saved else None,

@@ -34,6 +34,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.chat_replies",
         "first-person statements as a new chat's first message: refusals, markup, time",
     ),
+    "arithmetic": (
+        "evals.arithmetic",
+        "sums and word problems as first messages: the exact result, with the calculator or not",
+    ),
     "memory-qa": (
         "evals.memory_qa",
         "replay a LoCoMo conversation through the chat graph, then ask its questions in a new chat",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import json
 import re
@@ -35,6 +36,7 @@ from core.llm_router import ModelPlan, plan_models
 from core.prompts import memory_extraction_request
 from core.services import Services
 from evals import (
+    arithmetic,
     chat_replies,
     documents_answers,
     evidence_check,
@@ -692,6 +694,57 @@ async def test_research_suite_against_the_web_answer(
     # The unanswerable part: research lists it under Not found.
     assert outcomes[4]["reports_not_found"] and "## Not found" in outcomes[4]["reply"]
     assert "| research | 3 |" in report.markdown()
+
+
+# --- arithmetic ------------------------------------------------------------------------------
+
+
+async def test_arithmetic_counts_exact_results_with_the_calculator_and_without(
+    extraction_services: Services,
+    model: ScriptedProvider,
+    dana_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chat model without tools (as the local model) that answers right only when the
+    calculator's result is in its message: the suite counts that arm right, the other wrong."""
+    plan = copy.deepcopy(extraction_services.model_plan)
+    plan.capabilities["scripted/chat"] = {"tools": False, "memory_tools": False}
+    services = dataclasses.replace(extraction_services, model_plan=plan)
+    run_on(monkeypatch, arithmetic, services, tmp_path)
+
+    def answer(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        said = messages[-1]["content"]
+        if model_name == "utility":  # the expression: only for the first question
+            written = "17.5/100*2340" if "17.5%" in said else ""
+            return {"text": json.dumps({"expression": written})}
+        if model_name != "chat":
+            return {"text": "A title"}
+        worked = re.search(r"by the calculator: .* = ([\d,.]+)\.", said)
+        return {"text": f"It is {worked.group(1)}." if worked else "It is 1."}
+
+    model.responder = answer
+    monkeypatch.setattr(sys, "argv", ["evals", "arithmetic", "--data", str(dana_file)])
+    assert await evals_main() == 0
+
+    results = json.loads((tmp_path / "results" / "arithmetic.json").read_text())["results"]
+    first, alone = results["by_arm"]["calculator first"], results["by_arm"]["model alone"]
+    # The 17.5% question, and the four written out as sums ("What's 1,234 × 5,678?", "Calculate
+    # 2^20").
+    assert (first["right"], first["calculated"]) == (5, 5)
+    assert (alone["right"], alone["calculated"]) == (0, 0)
+    assert first["questions"] == alone["questions"] == len(arithmetic.QUESTIONS)
+    dana = results["other_messages"]["LoCoMo evidence turns"]
+    assert dana == {"messages": 5, "asked": 0, "written_out": 0}
+    assert "Sums asked as a new chat's first message" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_a_reply_gives_the_answer_when_a_number_in_it_is_the_answer() -> None:
+    assert arithmetic.gives("17.5% of 2,340 is **409.5**.", 409.5)
+    assert arithmetic.gives("It is 7,006,652.", 7006652)
+    assert arithmetic.gives("About 4.24264068711929.", 4.2426)
+    assert not arithmetic.gives("0.175 × 2340 = 418.5", 409.5)
+    assert not arithmetic.gives("No number here.", 1)
 
 
 # --- chat-replies ----------------------------------------------------------------------------

@@ -112,10 +112,10 @@ async def test_the_settings_page_shows_the_local_fallback_when_no_key_is_set(
         await expect(system).to_contain_text("Embedded Postgres")
         await expect(system).to_contain_text(re.compile(r"Web search\s*Off"))
         await expect(system).to_contain_text(re.compile(r"Tracing\s*Off"))
-        # The local model is offered no tools: the page says the switches do nothing now.
+        # The local model is offered no tools: the page says which switches do something now.
         note = page.locator("#settings-tools-note")
         await expect(note).to_be_visible()
-        await expect(note).to_contain_text("not offered any tools")
+        await expect(note).to_contain_text("is not offered tools. The calculator still works")
         await expect(tool_switch(page, "calculator")).to_be_checked()
         calculator = page.locator('.settings-tool[data-tool="calculator"]')
         await expect(calculator).to_contain_text("Computes arithmetic exactly")

@@ -87,7 +87,7 @@ export function createSettingsPage({ onMemoryPausedChange, onUseWebDefault }) {
     toolsNote.hidden = info.chat_model_tools;
     toolsNote.textContent = info.chat_model_tools
       ? ""
-      : "The chat model on this server (the local model) is not offered any tools, so none of these is used now: the switches apply when a hosted model answers.";
+      : "The chat model on this server (the local model) is not offered tools. The calculator still works: a sum in your message is worked out before it answers. The other switches apply when a hosted model answers.";
     toolList.replaceChildren(
       ...info.tools.map((tool) => {
         const input = el("input", { type: "checkbox", role: "switch", dataset: { tool: tool.name } });
