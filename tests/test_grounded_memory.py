@@ -97,6 +97,21 @@ async def memories(client: httpx.AsyncClient, **params: Any) -> list[dict[str, A
     return response.json()["memories"]
 
 
+async def saved_with_quotes(client: httpx.AsyncClient) -> list[tuple[str, str]]:
+    return sorted((m["content"], m["quote"]) for m in await memories(client))
+
+
+async def send_each(client: httpx.AsyncClient, services: Services, *texts: str) -> None:
+    """Each text as a new chat's message, its extraction done before the next is sent."""
+    for text in texts:
+        await send(client, text)
+        await extractions_done(services)
+
+
+def memory_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+
+
 async def tell(
     client: httpx.AsyncClient,
     model: ScriptedProvider,
@@ -845,7 +860,7 @@ async def test_an_extraction_cannot_overwrite_or_close_an_unrelated_memory(
     assert set(current) == {"The user's name is Dana.", fact}
     assert current["The user's name is Dana."]["quote"] == "My name is Dana."
     assert len(await memories(client, include_superseded="true")) == 2
-    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    lines = memory_log(caplog)
     assert any("unlike the memory it names" in line for line in lines), lines
 
 
@@ -880,7 +895,7 @@ async def test_extraction_cannot_store_what_the_user_did_not_say(
     assert [(m["content"], m["quote"]) for m in await memories(client)] == [
         ("The user is vegetarian.", "I'm vegetarian.")
     ]
-    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    lines = memory_log(caplog)
     assert sum(line.startswith("Memory: not saved") for line in lines) == 5
     assert any("not a fact about the user" in line for line in lines)
     assert any("extraction output unusable" in line for line in lines)
@@ -950,16 +965,17 @@ async def test_a_fact_the_user_tells_of_we_is_kept_in_their_words(
             {"op": "add", "fact": "They are Italian.", "sentences": [9]},
         ),
     )
-    await send(client, "I'm off to Japan with my wife Sara. We're both vegetarian.")
-    await extractions_done(chat_services)
-    await send(client, "My sister lives in Rome. They have a bakery. We met there in May.")
-    await extractions_done(chat_services)
-    assert sorted((m["content"], m["quote"]) for m in await memories(client)) == [
+    await send_each(
+        client, chat_services,
+        "I'm off to Japan with my wife Sara. We're both vegetarian.",
+        "My sister lives in Rome. They have a bakery. We met there in May.",
+    )  # fmt: skip
+    assert await saved_with_quotes(client) == [
         ('The user said: "We\'re both vegetarian."', "We're both vegetarian."),
         ("The user's sister lives in Rome.", "My sister lives in Rome."),
         ("The user's wife is Sara.", "I'm off to Japan with my wife Sara."),
     ]
-    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    lines = memory_log(caplog)
     assert sum("not a fact about the user" in line for line in lines) == 2, lines
 
 
@@ -986,18 +1002,18 @@ async def test_a_fact_the_model_tells_of_the_user_by_name_is_the_users(
         ops({"op": "add", "fact": "Luc Martin's cats are called Tom and Lou.", "sentences": [1]}),
         ops({"op": "add", "fact": "Paul lives in Nice.", "sentences": [1]}),
     )
-    await send(client, "I'm Luc Martin. I work as a nurse in Lyon.")
-    await extractions_done(chat_services)
-    await send(client, "My cats are called Tom and Lou.")  # the name is a memory by now
-    await extractions_done(chat_services)
-    await send(client, "My brother Paul lives in Nice.")
-    await extractions_done(chat_services)
-    assert sorted((m["content"], m["quote"]) for m in await memories(client)) == [
+    await send_each(
+        client, chat_services,
+        "I'm Luc Martin. I work as a nurse in Lyon.",
+        "My cats are called Tom and Lou.",  # the name is a memory by now
+        "My brother Paul lives in Nice.",
+    )  # fmt: skip
+    assert await saved_with_quotes(client) == [
         ("The user works as a nurse in Lyon.", "I work as a nurse in Lyon."),
         ("The user's cats are called Tom and Lou.", "My cats are called Tom and Lou."),
         ("The user's name is Luc Martin.", "I'm Luc Martin."),
     ]
-    lines = [r.getMessage() for r in caplog.records if r.name == "resolveai.memory"]
+    lines = memory_log(caplog)
     assert sum("not a fact about the user" in line for line in lines) == 1, lines
 
 
