@@ -28,6 +28,7 @@ from chat.state import TurnContext
 from chat.steps import short_id, step_event
 from core import tracing
 from core.calculator import CalculatorError, evaluate, format_number
+from core.clock import now_in
 from core.model_json import json_object_in
 from core.model_progress import progress_listener
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
@@ -51,12 +52,21 @@ _ARITHMETIC_WORDS = re.compile(
     re.IGNORECASE,
 )
 _NUMBERS = re.compile(_NUMBER)
+# Days between dates, which the calculator counts (date(y, m, d) - date(y, m, d)): "How many days
+# are there between March 3 and July 19?" got 30 from the local model (it is 138).
+_DATE_SPAN = re.compile(
+    r"\bhow many (?:days|weeks|months|years|nights)\b[^.!?]*?"
+    r"\b(?:until|till|since|ago|between|before|after|left|from)\b"
+    r"|\bhow long (?:is it )?(?:until|till|since|ago)\b|\bhow long ago\b",
+    re.IGNORECASE,
+)
 
 
 def asks_for_arithmetic(message: str) -> bool:
     """Whether `message` shows arithmetic to do: an operation between numbers, a percentage with
-    another number, or an arithmetic word with a number. Not in a message with code in it
-    ("Why does `0.1 + 0.2` print 0.30000000000000004?"): the question is about the code."""
+    another number, an arithmetic word with a number, or a count of days between dates. Not in a
+    message with code in it ("Why does `0.1 + 0.2` print 0.30000000000000004?"): the question is
+    about the code."""
     if "`" in message:
         return False
     numbers = len(_NUMBERS.findall(message))
@@ -64,6 +74,7 @@ def asks_for_arithmetic(message: str) -> bool:
         _OPERATION.search(message)
         or (_PERCENT.search(message) and numbers >= 2)
         or (_ARITHMETIC_WORDS.search(message) and numbers >= 1)
+        or _DATE_SPAN.search(message)
     )
 
 
@@ -144,7 +155,7 @@ async def _expression_for(turn: TurnContext, message: str) -> str | None:
     try:
         response = await turn.services.router.acompletion(
             model="utility",
-            messages=arithmetic_request(message),
+            messages=arithmetic_request(message, now_in(turn.time_zone).now.date()),
             response_format=RESPONSE_FORMAT,
             max_tokens=MAX_OUTPUT_TOKENS,
             temperature=0,

@@ -400,7 +400,8 @@ async def calculator(expression: str, config: RunnableConfig) -> str:
     Use it for any calculation with more than a couple of small numbers: sums, percentages, unit
     conversions, powers, roots, logarithms. Allowed: numbers, + - * / // % ** and parentheses, pi
     and e, and sqrt, log (natural, or log(x, base)), ln, log10, log2, exp, sin, cos, tan (radians),
-    abs, round, floor, ceil, factorial, min and max. Use ** for powers, not ^.
+    abs, round, floor, ceil, factorial, min and max; date(year, month, day) is a day number, so
+    date(2026, 7, 19) - date(2026, 3, 3) is the days between them. Use ** for powers, not ^.
     """
     turn = turn_of(config)
     # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
@@ -465,7 +466,7 @@ SUMMARIES: dict[str, str] = {
     "search_documents": "Searches the documents you uploaded.",
     "web_search": "Searches the web and answers with citations.",
     "fetch_url": "Reads the web pages you link to and answers from them, with citations.",
-    "calculator": "Computes arithmetic exactly (powers, roots, logarithms, factorials…).",
+    "calculator": "Computes arithmetic exactly (powers, roots, logarithms, days between dates…).",
     "current_datetime": "Tells the date and time now, in your time zone or another.",
 }
 

@@ -3,7 +3,8 @@ walked node by node against a whitelist; nothing of it is ever eval'd, exec'd or
 
 Allowed: numbers (int, float), + - * / // % **, unary + and -, parentheses, the constants pi and
 e, and the functions in `FUNCTIONS` (sqrt, log, ln, exp, sin, cos, tan, abs, round, floor, ceil,
-factorial, min, max). Anything else (names, attributes, calls of anything but those, lambdas,
+factorial, min, max, and date(year, month, day), a day number, so that a difference of two dates
+is a count of days). Anything else (names, attributes, calls of anything but those, lambdas,
 comprehensions, strings, comparisons…) is refused with `CalculatorError` saying why.
 
 Every costly step is bounded *before* it is computed, so no input can take the process's memory
@@ -15,6 +16,7 @@ length and nesting are capped, and the walk stops after `Limits.seconds`.
 from __future__ import annotations
 
 import ast
+import datetime
 import math
 import operator
 import time
@@ -67,6 +69,17 @@ def _round(x: Number, ndigits: Number | None = None, *, limits: Limits) -> Numbe
     return round(x, ndigits)
 
 
+def _day_number(year: Number, month: Number, day: Number) -> int:
+    """The date's day number (1 for 1 January of year 1), so that a difference of two is a count
+    of days: date(2026, 7, 19) - date(2026, 3, 3) is 138."""
+    parts = []
+    for part in (year, month, day):
+        if isinstance(part, float) and not part.is_integer():
+            raise CalculatorError("date() takes whole numbers: date(year, month, day)")
+        parts.append(int(part))
+    return datetime.date(*parts).toordinal()  # ValueError for a day or month out of range
+
+
 def _log(x: Number, base: Number | None = None) -> float:
     return math.log(x) if base is None else math.log(x, base)
 
@@ -90,6 +103,7 @@ FUNCTIONS: dict[str, tuple[Callable[..., Number], int, int | None]] = {
     "factorial": (_factorial, 1, 1),
     "min": (min, 2, None),
     "max": (max, 2, None),
+    "date": (_day_number, 3, 3),
 }
 NEEDS_LIMITS = {"factorial", "round"}
 CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e}

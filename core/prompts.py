@@ -8,7 +8,7 @@ block.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from core.prompt_blocks import block, untrusted
 from core.text_cuts import cut_at_word
@@ -356,13 +356,16 @@ You turn a message into one arithmetic expression for a calculator. Reply with J
 - Write numbers without thousands separators or units. Use + - * / ** and parentheses, and \
 sqrt(), log(), exp(), abs(), round(), factorial(), min(), max(), pi.
 - A percentage p% is p/100.
-- If the message asks for no calculation, or for one that is not arithmetic on its numbers \
-(dates, facts you would have to look up), the expression is ""."""
+- For days between dates use date(year, month, day), e.g. date(2026, 7, 19) - date(2026, 3, 3); \
+divide by 7 for weeks. Today is {today:%A, %d %B %Y}.
+- If the message asks for no calculation, or for one that needs facts you would have to look \
+up, the expression is ""."""
 
 ARITHMETIC_EXAMPLES = [
     ("How much is 15% of 80?", "15/100*80"),
     ("Split a $96 bill between 3 people, plus a 10% tip.", "96*1.10/3"),
     ("What's the square root of 2 times 3?", "sqrt(2)*3"),
+    ("How many days from 1 March 2025 to 15 April 2025?", "date(2025,4,15) - date(2025,3,1)"),
     ("Explain how a bicycle gear works.", ""),
     ("I have 2 kids aged 5 and 7.", ""),
 ]
@@ -383,10 +386,10 @@ ARITHMETIC_SCHEMA = {
 }
 
 
-def arithmetic_request(message: str) -> list[dict[str, str]]:
-    """Messages asking the utility model for the expression that computes what `message` asks:
-    the instructions and worked examples, then the message."""
-    messages = [{"role": "system", "content": ARITHMETIC_INSTRUCTIONS}]
+def arithmetic_request(message: str, today: date) -> list[dict[str, str]]:
+    """Messages asking the utility model for the expression that computes what `message` asks
+    (`today`: the user's date): the instructions and worked examples, then the message."""
+    messages = [{"role": "system", "content": ARITHMETIC_INSTRUCTIONS.format(today=today)}]
     for said, expression in ARITHMETIC_EXAMPLES:
         messages.append({"role": "user", "content": block("user_message", said)})
         messages.append({"role": "assistant", "content": json.dumps({"expression": expression})})

@@ -4,12 +4,12 @@
 
 The local model is offered no tools, so it did arithmetic itself, and wrongly ("What is 17.5% of
 2,340?" got 418.5). chat/arithmetic.py works the sum out with the calculator before it answers.
-This suite sends `QUESTIONS` (sums and short word problems written for it, each with its exact
-answer), each as a new chat's first message through the real chat flow (the configured `chat`
-and `utility` models: the local model without keys), twice: as shipped ("calculator first"), and
-with the calculator switched off in the user's settings, which is the model's own arithmetic
-("model alone"). A reply is right when a number in it is the answer (within 0.006, or 0.01% of
-it). Also the seconds per reply, and how often the calculator ran.
+This suite sends `QUESTIONS` (sums, short word problems and days between dates written for it,
+each with its exact answer), each as a new chat's first message through the real chat flow (the
+configured `chat` and `utility` models: the local model without keys), twice: as shipped
+("calculator first"), and with the calculator switched off in the user's settings, which is the
+model's own arithmetic ("model alone"). A reply is right when a number in it is the answer (within
+0.006, or 0.01% of it). Also the seconds per reply, and how often the calculator ran.
 
 Cost where there is no sum: the share of other messages that would get the extra model call
 (`asks_for_arithmetic`), over the LoCoMo first speaker's evidence turns and chat-replies' lists;
@@ -55,6 +55,8 @@ QUESTIONS: list[tuple[str, float]] = [
     ("What is 365 * 24 * 60?", 525600),
     ("What is 7.5% of 480 plus 19?", 55),
     ("What is 1,000,000 divided by 37?", 27027.03),
+    ("How many days are there between March 3 2026 and July 19 2026?", 138),
+    ("How many weeks are there between 5 January 2026 and 30 March 2026?", 12),
 ]
 ARMS = {"calculator first": [], "model alone": ["calculator"]}  # name: tools switched off
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -68,6 +69,22 @@ async def test_a_sum_is_computed_before_a_model_without_tools_answers(
     assert [(c["name"], c["args"]) for c in saved[-1]["tool_calls"]] == [
         ("calculator", {"expression": "17.5/100*2340"})
     ]
+
+
+async def test_days_between_dates_are_counted_by_the_calculator(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial: "How many days are there between March 3 2026 and July 19
+    2026?" got 30 from the local model (it is 138). The model writing the expression is told
+    today's date, and the calculator counts the days."""
+    model.push(expression("date(2026,7,19) - date(2026,3,3)"), {"text": "138 days."})
+    await run(
+        without_tools(chat_services),
+        "How many days are there between March 3 2026 and July 19 2026?",
+    )
+    today = datetime.now(UTC).date()  # no time zone known: the user's date is UTC's
+    assert f"Today is {today:%A, %d %B %Y}" in model.calls[0]["messages"][0]["content"]
+    assert "date(2026,7,19) - date(2026,3,3) = 138" in model.calls[1]["messages"][-1]["content"]
 
 
 async def test_the_jsons_braces_written_into_the_expression_are_left_out(
@@ -150,6 +167,10 @@ async def test_a_message_without_arithmetic_or_a_model_with_tools_is_not_asked(
         ("My phone number is 555-1234.", False),
         ("Can we meet at 10-11am on 2026-03-03?", False),
         ("What happened in 1989?", False),
+        ("How many days are there between March 3 2026 and July 19 2026?", True),
+        ("How many weeks until my birthday on 14 May?", True),
+        ("How long ago was 1989?", True),
+        ("I slept 8 hours and it's been 3 days since my trip.", False),
         ("Write a function that returns x*y.", False),
         ("Why does `0.1 + 0.2` print 0.30000000000000004?", False),
         ("Fix this:\n```\ntotal = 3 * 4\n```", False),

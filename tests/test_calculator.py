@@ -156,3 +156,17 @@ def test_the_walk_stops_at_its_deadline() -> None:
     # Every step is bounded, so only a tiny budget shows the backstop at work.
     with pytest.raises(CalculatorError, match="took longer than"):
         evaluate("factorial(400) * 1 + " * 20 + "1", Limits(seconds=0.0))
+
+
+def test_date_gives_a_day_number_so_a_difference_is_a_count_of_days() -> None:
+    assert evaluate("date(2026, 7, 19) - date(2026, 3, 3)") == 138
+    assert evaluate("(date(2027, 1, 1) - date(2026, 12, 7)) / 7") == 25 / 7
+    assert evaluate("date(2028, 3, 1) - date(2028, 2, 28)") == 2  # a leap year
+    for expression, reason in [
+        ("date(2026, 2, 30)", "day is out of range"),
+        ("date(2026, 13, 1)", "month must be in 1..12"),
+        ("date(2026.5, 1, 1)", "whole numbers"),
+        ("date(2026, 1)", "takes"),
+    ]:
+        with pytest.raises(CalculatorError, match=reason):
+            evaluate(expression)
