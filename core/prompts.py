@@ -350,14 +350,16 @@ def _change_input(saved: str, told: str) -> str:
 
 # Asked for a message with arithmetic in it when the chat model cannot call the calculator (the
 # local model; chat/arithmetic.py). Alone, the local model got "What is 17.5% of 2,340?" wrong
-# (418.5); asked for the expression only, it wrote 17.5/100*2340.
+# (418.5); asked for the expression only, it wrote 17.5/100*2340. Told only to "divide by 7 for
+# weeks", it wrote date(2026,3,30) - date(2026,1,5)/7.
 ARITHMETIC_INSTRUCTIONS = """\
 You turn a message into one arithmetic expression for a calculator. Reply with JSON only.
 - Write numbers without thousands separators or units. Use + - * / ** and parentheses, and \
 sqrt(), log(), exp(), abs(), round(), factorial(), min(), max(), pi.
 - A percentage p% is p/100.
-- For days between dates use date(year, month, day), e.g. date(2026, 7, 19) - date(2026, 3, 3); \
-divide by 7 for weeks. Today is {today:%A, %d %B %Y}.
+- For days between dates use date(year, month, day): date(2026, 7, 19) - date(2026, 3, 3). For \
+weeks, divide the whole difference: (date(2026, 7, 19) - date(2026, 3, 3)) / 7. Today is \
+{today:%A, %d %B %Y}.
 - If the message asks for no calculation, or for one that needs facts you would have to look \
 up, the expression is ""."""
 
