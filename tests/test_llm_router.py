@@ -4,6 +4,7 @@ LiteLLM's Router to the scripted provider (streaming, tool calls, fallbacks)."""
 from __future__ import annotations
 
 import gc
+import threading
 from pathlib import Path
 
 import pytest
@@ -111,18 +112,23 @@ async def test_a_stream_the_collector_frees_sets_no_context_variable(
     # lost LangGraph's config mid-reply ("Called get_config outside of a runnable context"), and
     # a run crashed. LiteLLM's stream wrapper set two from its finalizer, and its streams are
     # often freed by the collector (in reference cycles).
+    # The collector runs finalizers in the thread that started it; LiteLLM's logging threads may
+    # run meanwhile (a finalizer can release the GIL), so only a call in that thread counts.
     router, provider = scripted
     restored: list[bool] = []
-    collecting = [False]
+    collecting_thread: list[int | None] = [None]
 
     def note_collector(phase: str, info: dict[str, int]) -> None:
-        collecting[0] = phase == "start"
+        collecting_thread[0] = threading.get_ident() if phase == "start" else None
+
+    def in_collector() -> bool:
+        return collecting_thread[0] == threading.get_ident()
 
     original = Logging._restore_correlation_context
     monkeypatch.setattr(
         Logging,
         "_restore_correlation_context",
-        lambda self: restored.append(collecting[0]) or original(self),
+        lambda self: restored.append(in_collector()) or original(self),
     )
     gc.callbacks.append(note_collector)
     try:
