@@ -16,7 +16,6 @@ else (no expression, one the calculator refuses, a failed call) leaves the turn 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -26,11 +25,12 @@ from typing import Any
 
 from chat.state import TurnContext
 from chat.steps import short_id, step_event
+from chat.tools import calculator_result, tool_record
 from core import tracing
 from core.calculator import CalculatorError, evaluate, format_number
 from core.clock import now_in
 from core.model_json import json_object_in
-from core.model_progress import progress_listener
+from core.model_progress import watched_quietly
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
 
 log = logging.getLogger("resolveai.chat")
@@ -103,13 +103,8 @@ def written_out(message: str) -> str | None:
 
 @dataclass(frozen=True)
 class Calculation:
-    expression: str
-    result: str  # for people: "409.5", "7,006,652"
+    worked_out: str  # for people: "17.5/100*2340 = 409.5", "1234 * 5678 = 7,006,652"
     record: dict[str, Any]  # the calculator call, saved with the reply
-
-    @property
-    def worked_out(self) -> str:
-        return f"{self.expression} = {self.result}"
 
 
 async def calculation_for(turn: TurnContext, message: str) -> Calculation | None:
@@ -131,16 +126,14 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
     except CalculatorError as error:
         log.info("Chat %s: no sum in %r (%s)", short_id(turn.chat_id), expression[:80], error)
         return None
-    result = format_number(value, grouped=True)
-    step_event(turn, f"Calculating {expression} = {result}", tool="calculator")
-    record = {
-        "id": f"call_{uuid.uuid4().hex[:24]}", "name": "calculator",
-        "args": {"expression": expression},
-        "result": json.dumps({"expression": expression, "result": format_number(value)}),
-        "ok": True,
-        "duration_ms": round((time.monotonic() - started) * 1000),
-    }  # fmt: skip
-    return Calculation(expression, result, record)
+    worked_out = f"{expression} = {format_number(value, grouped=True)}"
+    step_event(turn, f"Calculating {worked_out}", tool="calculator")
+    record = tool_record(
+        f"call_{uuid.uuid4().hex[:24]}", "calculator", {"expression": expression},
+        calculator_result(expression, value), ok=True,
+        duration_ms=round((time.monotonic() - started) * 1000),
+    )  # fmt: skip
+    return Calculation(worked_out, record)
 
 
 async def _expression_for(turn: TurnContext, message: str) -> str | None:
@@ -150,24 +143,22 @@ async def _expression_for(turn: TurnContext, message: str) -> str | None:
     # extraction) rather than behind it, and is not refused when much of that waits (seen in a
     # keyless trial: "The local model is busy with 4 requests already"). "Working out the
     # numbers" says what it does; its reading progress is not shown.
-    watched = progress_listener.set(lambda text: None)
     try:
-        response = await turn.services.router.acompletion(
-            model="utility",
-            messages=arithmetic_request(message, now_in(turn.time_zone).now.date()),
-            response_format=RESPONSE_FORMAT,
-            max_tokens=MAX_OUTPUT_TOKENS,
-            temperature=0,
-            metadata=tracing.trace_metadata(
-                str(turn.user_message_id), str(turn.chat_id), "arithmetic",
-                user_id=str(turn.user_id),
-            ),
-        )  # fmt: skip
+        with watched_quietly():
+            response = await turn.services.router.acompletion(
+                model="utility",
+                messages=arithmetic_request(message, now_in(turn.time_zone).now.date()),
+                response_format=RESPONSE_FORMAT,
+                max_tokens=MAX_OUTPUT_TOKENS,
+                temperature=0,
+                metadata=tracing.trace_metadata(
+                    str(turn.user_message_id), str(turn.chat_id), "arithmetic",
+                    user_id=str(turn.user_id),
+                ),
+            )  # fmt: skip
     except Exception as error:  # the answer goes on without it
         log.info("Chat %s: no expression for the sum (%s)", short_id(turn.chat_id), error)
         return None
-    finally:
-        progress_listener.reset(watched)
     payload = json_object_in(response.choices[0].message.content)
     expression = payload.get("expression") if payload else None
     if not isinstance(expression, str):

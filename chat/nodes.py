@@ -26,10 +26,16 @@ from chat.state import ChatState, TurnContext, turn_of
 from chat.steps import short_id, step_event
 from chat.summary import FOLD_AT_UNSUMMARISED
 from chat.tool_markup import ToolCallStreamFilter
-from chat.tools import TOOLS_BY_NAME, available_tool_names, retrieval_hooks, tool_schemas
+from chat.tools import (
+    TOOLS_BY_NAME,
+    available_tool_names,
+    retrieval_hooks,
+    tool_record,
+    tool_schemas,
+)
 from chat.user_errors import LINKS_UNREAD, note_answer, web_search_failed
 from core import chat_store
-from core.model_progress import progress_listener, reading_what
+from core.model_progress import reading_what, watched_by, watched_quietly
 from core.prompt_blocks import untrusted
 from core.prompts import chat_instructions, user_turn
 from core.repetition import REPEATING_NOTE, Unlooped
@@ -220,43 +226,44 @@ async def call_model(state: ChatState, config: RunnableConfig) -> dict[str, Any]
     shown_to = TokenBatcher(lambda text: writer({"type": "token", "text": text}))
     # A slow model's progress ("Reading your message…") becomes steps; the provider reports it
     # while the stream is read, in this task, so the listener is set around the reading too.
-    listener = progress_listener.set(_progress_steps(turn))
     try:
-        for continuation in range(MAX_CONTINUATIONS + 1):
-            answering = await _stream_chat(turn, messages, tools, tool_choice, force_search, calls)
-            note_answer(turn, answering)
-            stream = Unlooped(answering)
-            finish = None
-            async for chunk in stream:
-                if not chunk.choices:
-                    continue
-                choice = chunk.choices[0]
-                finish = choice.finish_reason or finish
-                streamed.add_tool_calls(choice.delta.tool_calls)
-                text = markup.feed(choice.delta.content or "")
-                if citations and text:
-                    text = citations.feed(text)
-                if trim and text:
-                    text = text.lstrip()
-                    trim = not text
-                if text:
-                    shown.append(text)
-                    reply, separator = _show(shown_to, reply, separator, text)
-            if stream.looped:
-                turn.add_note(REPEATING_NOTE)
-                break
-            if finish != "length" or streamed.has_calls() or continuation == MAX_CONTINUATIONS:
-                break
-            # Cut by the length limit: ask for the rest and stitch it on.
-            log.info(
-                "Chat %s: reply cut by the length limit; continuing it", short_id(turn.chat_id)
-            )
-            messages += [
-                {"role": "assistant", "content": "".join(shown)},
-                {"role": "user", "content": CONTINUE_REQUEST},
-            ]
+        with watched_by(_progress_steps(turn)):
+            for continuation in range(MAX_CONTINUATIONS + 1):
+                answering = await _stream_chat(
+                    turn, messages, tools, tool_choice, force_search, calls
+                )
+                note_answer(turn, answering)
+                stream = Unlooped(answering)
+                finish = None
+                async for chunk in stream:
+                    if not chunk.choices:
+                        continue
+                    choice = chunk.choices[0]
+                    finish = choice.finish_reason or finish
+                    streamed.add_tool_calls(choice.delta.tool_calls)
+                    text = markup.feed(choice.delta.content or "")
+                    if citations and text:
+                        text = citations.feed(text)
+                    if trim and text:
+                        text = text.lstrip()
+                        trim = not text
+                    if text:
+                        shown.append(text)
+                        reply, separator = _show(shown_to, reply, separator, text)
+                if stream.looped:
+                    turn.add_note(REPEATING_NOTE)
+                    break
+                if finish != "length" or streamed.has_calls() or continuation == MAX_CONTINUATIONS:
+                    break
+                # Cut by the length limit: ask for the rest and stitch it on.
+                log.info(
+                    "Chat %s: reply cut by the length limit; continuing it", short_id(turn.chat_id)
+                )
+                messages += [
+                    {"role": "assistant", "content": "".join(shown)},
+                    {"role": "user", "content": CONTINUE_REQUEST},
+                ]
     finally:
-        progress_listener.reset(listener)
         shown_to.flush()
     rest, written_calls = markup.finish()
     if citations:
@@ -497,10 +504,12 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
     writer({"type": "tool_start", "id": call["id"], "name": name, "args": args})
     if failure is None:
         # A tool's model calls (the web answer) are watched too: their progress becomes steps.
-        listener = progress_listener.set(_progress_steps(turn))
         reading = reading_what.set("the sources")
         try:
-            with span(f"tool {name}", kind="tool", input=args) as observation:
+            with (
+                watched_by(_progress_steps(turn)),
+                span(f"tool {name}", kind="tool", input=args) as observation,
+            ):
                 result = await TOOLS_BY_NAME[name].ainvoke(
                     {"name": name, "args": args, "id": call["id"], "type": "tool_call"},
                     config=config,
@@ -515,7 +524,6 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
             failure = f"{type(error).__name__}: {error}"
         finally:
             reading_what.reset(reading)
-            progress_listener.reset(listener)
     if failure is not None:
         # An error may quote what failed (a search service's answer, the model's own arguments).
         content = json.dumps({"error": f"Tool {name} failed: {untrusted(failure)}"})
@@ -527,8 +535,9 @@ async def _run_tool(turn: TurnContext, call: dict[str, Any], config: RunnableCon
         {"type": "tool_end", "id": call["id"], "name": name, "ok": failure is None,
          "duration_ms": duration_ms}
     )  # fmt: skip
-    record = {"id": call["id"], "name": name, "args": args, "result": content,
-              "ok": failure is None, "duration_ms": duration_ms}  # fmt: skip
+    record = tool_record(
+        call["id"], name, args, content, ok=failure is None, duration_ms=duration_ms
+    )
     message = {"role": "tool", "tool_call_id": call["id"], "content": content}
     return {"message": message, "record": record, "answer": answer}
 
@@ -610,11 +619,8 @@ async def research(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
     # Someone watches the report being made: its model calls go before background work on the
     # local model (and make it give way). Their progress is not shown: the research's own steps
     # say what it is doing, and its calls run several at a time.
-    watched = progress_listener.set(lambda text: None)
-    try:
+    with watched_quietly():
         result = await work.run()
-    finally:
-        progress_listener.reset(watched)
     return {"reply": result.answer or "", "sources": result.sources}
 
 

@@ -99,6 +99,20 @@ def _dumps(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False)
 
 
+def tool_record(
+    call_id: str, name: str, args: dict[str, Any], result: str, *, ok: bool, duration_ms: int
+) -> dict[str, Any]:
+    """A tool call as it is saved with the reply: what ran, with what, what came back."""
+    return {"id": call_id, "name": name, "args": args, "result": result, "ok": ok,
+            "duration_ms": duration_ms}  # fmt: skip
+
+
+def calculator_result(expression: str, value: float) -> str:
+    """What the calculator gives back for `expression` (JSON; the expression, written by a model
+    or the user, kept as data)."""
+    return _dumps({"expression": untrusted(expression), "result": format_number(value)})
+
+
 # The docstrings below are what the model reads to decide when to call each tool.
 
 
@@ -412,7 +426,7 @@ async def calculator(expression: str, config: RunnableConfig) -> str:
                  turn.chat_id.hex[:8])  # fmt: skip
         # The model's own words come back (quoted in the reason too): data, like all its output.
         return _dumps({"expression": untrusted(expression), "error": untrusted(str(error))})
-    return _dumps({"expression": untrusted(expression), "result": format_number(value)})
+    return calculator_result(expression, value)
 
 
 class CurrentDatetimeInput(BaseModel):

@@ -10,7 +10,8 @@ work (`someone_is_watching`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 
 progress_listener: ContextVar[Callable[[str], None] | None] = ContextVar(
@@ -28,3 +29,23 @@ def report_progress(text: str) -> None:
 
 def someone_is_watching() -> bool:
     return progress_listener.get() is not None
+
+
+@contextmanager
+def watched_by(listener: Callable[[str], None]) -> Iterator[None]:
+    """Model calls in this block are watched, and their progress goes to `listener`."""
+    token = progress_listener.set(listener)
+    try:
+        yield
+    finally:
+        progress_listener.reset(token)
+
+
+def watched_quietly() -> AbstractContextManager[None]:
+    """Model calls in this block are watched (served before background work), their progress
+    not shown: the caller's own steps say what they do."""
+    return watched_by(_not_shown)
+
+
+def _not_shown(text: str) -> None:
+    pass
