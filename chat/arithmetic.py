@@ -5,10 +5,11 @@ The local model is offered no tools (`capabilities: tools: false`), so it did it
 itself, and wrongly: in a keyless trial "What is 17.5% of 2,340?" got 418.5 (it is 409.5). For a
 message that shows arithmetic (`asks_for_arithmetic`: numbers with an operator, a percentage, or
 a word such as "times" or "square root"), the expression is the message itself when it is just a
-sum ("What is 1,234 × 5,678?", `written_out`); otherwise the utility model is asked for it alone
-(core/prompts.py `arithmetic_request`, JSON with a schema), which it writes far better than it
-computes (a few seconds on the local model). The calculator computes it. The user sees the step
-("Calculating 17.5/100*2340 = 409.5"), the result goes with the message to the chat model
+sum ("What is 1,234 × 5,678?", `written_out`), or written by code for a count of days from
+today ("How many days until Christmas?", core/date_spans.py); otherwise the utility model is asked
+for it alone (core/prompts.py `arithmetic_request`, JSON with a schema), which it writes far better
+than it computes (a few seconds on the local model). The calculator computes it. The user sees
+the step ("Calculating 17.5/100*2340 = 409.5"), the result goes with the message to the chat model
 (core/prompts.py `user_turn`), and the reply is saved with it as a calculator call. Anything
 else (no expression, one the calculator refuses, a failed call) leaves the turn as it was.
 """
@@ -21,6 +22,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from chat.state import TurnContext
@@ -29,6 +31,7 @@ from chat.tools import calculator_result, tool_record
 from core import tracing
 from core.calculator import CalculatorError, evaluate, format_number
 from core.clock import now_in
+from core.date_spans import span_expression, span_question
 from core.model_json import json_object_in
 from core.model_progress import watched_quietly
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
@@ -54,8 +57,8 @@ _ARITHMETIC_WORDS = re.compile(
 _NUMBERS = re.compile(_NUMBER)
 # Days between two dates the message gives, which the calculator counts (date(y, m, d) - date(y,
 # m, d)): "How many days are there between March 3 and July 19?" got 30 from the local model (it
-# is 138). Not a span from today ("How many days until Christmas?"): asked for those, it wrote
-# date(2027,12,25) - date(2026,12,7) and date(2026,1,1) - date(2026,12,7), though told the date.
+# is 138). A span from today ("How many days until Christmas?") is not the model's to write: it
+# wrote date(2027,12,25) - date(2026,12,7) though told the date; core/date_spans.py reads those.
 _DATE_SPAN = re.compile(
     r"\bhow many (?:days|weeks|months|nights)\b[^.!?]*?\b(?:between|from)\b", re.IGNORECASE
 )
@@ -111,13 +114,18 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
     """The sum `message` asks for, worked out, when the chat model cannot call the calculator
     (and the user did not switch it off) and the message shows arithmetic; None otherwise."""
     tools = turn.services.model_plan.capability("chat", "tools")
-    if tools or "calculator" in turn.tools_off or not asks_for_arithmetic(message):
+    if tools or "calculator" in turn.tools_off:
         return None
     started = time.monotonic()
+    today = now_in(turn.time_zone).now.date()
     expression = written_out(message)
+    if expression is None and (span := span_question(message)):
+        expression = await asyncio.to_thread(span_expression, span, today)
     if expression is None:
+        if not asks_for_arithmetic(message):
+            return None
         step_event(turn, "Working out the numbers")
-        expression = await _expression_for(turn, message)
+        expression = await _expression_for(turn, message, today)
     if expression is None:
         return None
     try:
@@ -136,7 +144,7 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
     return Calculation(worked_out, record)
 
 
-async def _expression_for(turn: TurnContext, message: str) -> str | None:
+async def _expression_for(turn: TurnContext, message: str, today: date) -> str | None:
     """The expression the utility model writes for what `message` asks; None when it gave none
     or the call failed."""
     # Someone waits for it: on the local model it goes before background work (titles, memory
@@ -147,7 +155,7 @@ async def _expression_for(turn: TurnContext, message: str) -> str | None:
         with watched_quietly():
             response = await turn.services.router.acompletion(
                 model="utility",
-                messages=arithmetic_request(message, now_in(turn.time_zone).now.date()),
+                messages=arithmetic_request(message, today),
                 response_format=RESPONSE_FORMAT,
                 max_tokens=MAX_OUTPUT_TOKENS,
                 temperature=0,

@@ -4,16 +4,16 @@
 
 The local model is offered no tools, so it did arithmetic itself, and wrongly ("What is 17.5% of
 2,340?" got 418.5). chat/arithmetic.py works the sum out with the calculator before it answers.
-This suite sends `QUESTIONS` (sums, short word problems and days between dates written for it,
-each with its exact answer), each as a new chat's first message through the real chat flow (the
-configured `chat` and `utility` models: the local model without keys), twice: as shipped
-("calculator first"), and with the calculator switched off in the user's settings, which is the
-model's own arithmetic ("model alone"). A reply is right when a number in it is the answer (within
-0.006, or 0.01% of it). Also the seconds per reply, and how often the calculator ran.
+This suite sends `QUESTIONS` (sums, short word problems, days between dates and from today
+written for it, each with its exact answer), each as a new chat's first message through the real
+chat flow (the configured `chat` and `utility` models: the local model without keys), twice: as
+shipped ("calculator first"), and with the calculator switched off in the user's settings, which
+is the model's own arithmetic ("model alone"). A reply is right when a number in it is the answer
+(within 0.006, or 0.01% of it). Also the seconds per reply, and how often the calculator ran.
 
 Cost where there is no sum: the share of other messages that would get the extra model call
-(`asks_for_arithmetic`), over the LoCoMo first speaker's evidence turns and chat-replies' lists;
-no model is needed for it.
+(`asks_for_arithmetic`), or be read for a date or a sum, over the LoCoMo first speaker's evidence
+turns and chat-replies' lists; no model is needed for it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+from datetime import UTC, date, datetime
 from typing import Any
 
 from chat.arithmetic import asks_for_arithmetic, written_out
 from chat.warm_up import warm_local_model
 from core.accounts import LOCAL_USER_ID
+from core.date_spans import span_expression, span_question
 from core.preferences import set_preferences
 from core.services import Services
 from evals.chat_driver import ask
@@ -37,6 +39,15 @@ from evals.scratch import forget_everything, scratch_services
 
 DEFAULT_DATA = LOCOMO_FILE
 log = logging.getLogger(__name__)
+
+_TODAY = datetime.now(UTC).date()
+
+
+def _next(month: int, day: int) -> date:
+    """The next `day` of `month`, today included."""
+    this_year = date(_TODAY.year, month, day)
+    return this_year if this_year >= _TODAY else date(_TODAY.year + 1, month, day)
+
 
 QUESTIONS: list[tuple[str, float]] = [
     ("What is 17.5% of 2,340?", 409.5),
@@ -57,6 +68,10 @@ QUESTIONS: list[tuple[str, float]] = [
     ("What is 1,000,000 divided by 37?", 27027.03),
     ("How many days are there between March 3 2026 and July 19 2026?", 138),
     ("How many weeks are there between 5 January 2026 and 30 March 2026?", 12),
+    # Counted from the day the suite runs (UTC's, the scratch user's): the model said 24 days to
+    # Christmas on 7 December.
+    ("How many days until Christmas?", (_next(12, 25) - _TODAY).days),
+    ("How many days since 1 January?", (_TODAY - date(_TODAY.year, 1, 1)).days),
 ]
 ARMS = {"calculator first": [], "model alone": ["calculator"]}  # name: tools switched off
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -101,21 +116,28 @@ async def evaluate(services: Services) -> dict[str, Any]:
 
 def other_messages(path: Any) -> dict[str, dict[str, int]]:
     """Per group of messages with no sum to do: how many, and how many would get the extra
-    model call (or are taken as a written-out sum)."""
+    model call, or are taken as a written-out sum or a span from today."""
     groups = {
         "LoCoMo evidence turns": statements(path, None),
         "chat-replies' statements and requests": SHORT_STATEMENTS + EVERYDAY_REQUESTS,
     }
-    return {
-        name: {
-            "messages": len(texts),
-            "asked": sum(asks_for_arithmetic(t) and written_out(t) is None for t in texts),
-            "written_out": sum(
-                asks_for_arithmetic(t) and written_out(t) is not None for t in texts
-            ),
+    counts = {}
+    for name, texts in groups.items():
+        how = [_worked_out_by(t) for t in texts]
+        counts[name] = {"messages": len(texts)} | {
+            way: how.count(way) for way in ("asked", "written_out", "from_today")
         }
-        for name, texts in groups.items()
-    }
+    return counts
+
+
+def _worked_out_by(message: str) -> str | None:
+    """How chat/arithmetic.py would get the expression for `message`, None for not at all."""
+    if written_out(message) is not None:
+        return "written_out"
+    span = span_question(message)
+    if span and span_expression(span, _TODAY):
+        return "from_today"
+    return "asked" if asks_for_arithmetic(message) else None
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
@@ -131,11 +153,15 @@ def tables(results: dict[str, Any]) -> list[Table]:
         )  # fmt: skip
     others = Table(
         "Messages with no sum: how many would get the extra model call",
-        ["messages", "n", "expression asked of the model", "taken as a written-out sum"],
-    )
+        ["messages", "n", "expression asked of the model", "taken as a written-out sum",
+         "read as a span from today"],
+    )  # fmt: skip
     for name, row in results["other_messages"].items():
         n = row["messages"]
-        others.rows.append([name, n, share(row["asked"], n), share(row["written_out"], n)])
+        others.rows.append(
+            [name, n, share(row["asked"], n), share(row["written_out"], n),
+             share(row["from_today"], n)]
+        )  # fmt: skip
     return [replies, others]
 
 

@@ -721,7 +721,7 @@ async def test_arithmetic_counts_exact_results_with_the_calculator_and_without(
         if model_name != "chat":
             return {"text": "A title"}
         worked = re.search(r"by the calculator: .* = ([\d,.]+)\.", said)
-        return {"text": f"It is {worked.group(1)}." if worked else "It is 1."}
+        return {"text": f"It is {worked.group(1)}." if worked else "I cannot say."}
 
     model.responder = answer
     monkeypatch.setattr(sys, "argv", ["evals", "arithmetic", "--data", str(dana_file)])
@@ -729,13 +729,13 @@ async def test_arithmetic_counts_exact_results_with_the_calculator_and_without(
 
     results = json.loads((tmp_path / "results" / "arithmetic.json").read_text())["results"]
     first, alone = results["by_arm"]["calculator first"], results["by_arm"]["model alone"]
-    # The 17.5% question, and the four written out as sums ("What's 1,234 × 5,678?", "Calculate
-    # 2^20").
-    assert (first["right"], first["calculated"]) == (5, 5)
+    # The 17.5% question, the four written out as sums ("What's 1,234 × 5,678?", "Calculate
+    # 2^20") and the two spans from today ("How many days until Christmas?").
+    assert (first["right"], first["calculated"]) == (7, 7)
     assert (alone["right"], alone["calculated"]) == (0, 0)
     assert first["questions"] == alone["questions"] == len(arithmetic.QUESTIONS)
     dana = results["other_messages"]["LoCoMo evidence turns"]
-    assert dana == {"messages": 5, "asked": 0, "written_out": 0}
+    assert dana == {"messages": 5, "asked": 0, "written_out": 0, "from_today": 0}
     assert "Sums asked as a new chat's first message" in (tmp_path / "RESULTS.md").read_text()
 
 

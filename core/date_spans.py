@@ -1,0 +1,129 @@
+"""How many days from today to a date the user names, with the date read by code.
+
+Asked "How many days until Christmas?" on 7 December, the local model answered 24 (it is 18);
+asked to write the sum for the calculator instead, it wrote date(2027,12,25) - date(2026,12,7)
+and, for "since 1 January", date(2026,1,1) - date(2026,12,7), though told the date both times.
+So the date is read here and the expression written from it: `span_question` finds the question
+("how many days/weeks until/till/to/before/since …", "how long until …", "how long ago was …"),
+`span_expression` reads the date (a holiday from `_HOLIDAYS`, otherwise dateparser in English with
+the day and month required) at its nearest ahead of today for "until", behind it for "since",
+and gives the calculator's `date(…) - date(…)` (over 7 for weeks). A date it cannot read, a
+numeric date that reads two ways ("3/4"), or one on the wrong side of today gives None: the
+question is then left as it was. English only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from dateutil.easter import easter
+
+# Fixed-date days people count down to or from (month, day); Easter is computed.
+_HOLIDAYS: dict[str, tuple[int, int]] = {
+    "christmas": (12, 25),
+    "christmas day": (12, 25),
+    "xmas": (12, 25),
+    "christmas eve": (12, 24),
+    "boxing day": (12, 26),
+    "new year's eve": (12, 31),
+    "new year": (1, 1),
+    "new year's": (1, 1),
+    "new year's day": (1, 1),
+    "halloween": (10, 31),
+    "valentine's day": (2, 14),
+    "valentine's": (2, 14),
+    "st patrick's day": (3, 17),
+    "st. patrick's day": (3, 17),
+    "saint patrick's day": (3, 17),
+    "end of the year": (12, 31),
+    "year end": (12, 31),
+}
+_EASTER = ("easter", "easter sunday", "easter day")
+
+_SPAN = re.compile(
+    r"\bhow (?:many (?P<unit>days|weeks|nights|sleeps)|long)\b(?P<words>[^.!?\n]*)"
+    r"\b(?P<prep>until|till|til|'til|to|before|since|between (?:today|now) and)\s+"
+    r"(?P<target>[^.!?\n]+)",
+    re.IGNORECASE,
+)
+_AGO = re.compile(
+    r"\bhow (?:many (?P<unit>days|weeks)|long) ago (?:was|is|were)\s+(?P<target>[^.!?\n]+)",
+    re.IGNORECASE,
+)
+# What may follow the date and is not part of it: "from now", ", roughly", "is it".
+_AFTER_DATE = re.compile(
+    r"(?:,(?!\s*\d)|\s+(?:from (?:now|today)|is it|are there|are left|left|to go)\b).*\Z",
+    re.IGNORECASE,
+)
+_YEAR_AT_END = re.compile(r"\s+(?P<year>\d{4})\Z")
+# "3/4", "04.05": day and month each 12 or under, so it reads two ways.
+_TWO_WAY = re.compile(r"\A(?P<a>\d{1,2})[/.-](?P<b>\d{1,2})(?:[/.-]\d{2,4})?\Z")
+
+
+@dataclass(frozen=True)
+class SpanQuestion:
+    target: str  # the date as the user wrote it: "Christmas", "1 March 2027"
+    ahead: bool  # "until" (True) or "since"/"ago" (False)
+    weeks: bool  # counted in weeks rather than days
+
+
+def span_question(message: str) -> SpanQuestion | None:
+    """The span from today `message` asks for ("How many days until Christmas?"), if it asks for
+    one; the date is not read yet (see `span_expression`)."""
+    if match := _SPAN.search(message):
+        ahead = match["prep"].lower() != "since"
+    elif match := _AGO.search(message):
+        ahead = False
+    else:
+        return None
+    target = _AFTER_DATE.sub("", match["target"]).strip(" ,;:")
+    weeks = (match["unit"] or "").lower() == "weeks"
+    return SpanQuestion(target, ahead, weeks) if target else None
+
+
+def span_expression(question: SpanQuestion, today: date) -> str | None:
+    """The calculator's expression for `question` counted from `today` ("date(2026,12,25) -
+    date(2026,12,7)"), or None when its date cannot be read, or is on the wrong side of today.
+    Loads dateparser's data on first use: call it off the event loop."""
+    day = _read_date(question.target, today, question.ahead)
+    if day is None or (day < today if question.ahead else day > today):
+        return None
+    later, earlier = (day, today) if question.ahead else (today, day)
+    span = f"{_as_call(later)} - {_as_call(earlier)}"
+    return f"({span}) / 7" if question.weeks else span
+
+
+def _as_call(day: date) -> str:
+    return f"date({day.year},{day.month},{day.day})"
+
+
+def _read_date(text: str, today: date, ahead: bool) -> date | None:
+    name = " ".join(text.lower().replace("’", "'").split()).removeprefix("the ")
+    year = None
+    if match := _YEAR_AT_END.search(name):
+        name, year = name[: match.start()], int(match["year"])
+    if name in _HOLIDAYS or name in _EASTER:
+        return _holiday(name, year, today, ahead)
+    if (two_way := _TWO_WAY.match(text.strip())) and max(map(int, two_way.groups()[:2])) <= 12:
+        return None
+    settings = {
+        "PREFER_DATES_FROM": "future" if ahead else "past",
+        "RELATIVE_BASE": datetime(today.year, today.month, today.day),
+        "REQUIRE_PARTS": ["day", "month"],
+    }
+    import dateparser  # ~0.1 s to import: only when a question needs it, not at start-up
+
+    found = dateparser.parse(text, languages=["en"], settings=settings)  # type: ignore[arg-type]
+    return found.date() if found else None
+
+
+def _holiday(name: str, year: int | None, today: date, ahead: bool) -> date:
+    def in_year(y: int) -> date:
+        return easter(y) if name in _EASTER else date(y, *_HOLIDAYS[name])
+
+    if year is not None:
+        return in_year(year)
+    around = [in_year(y) for y in (today.year - 1, today.year, today.year + 1)]
+    return min(d for d in around if d >= today) if ahead else max(d for d in around if d <= today)
