@@ -113,8 +113,7 @@ class Calculation:
 async def calculation_for(turn: TurnContext, message: str) -> Calculation | None:
     """The sum `message` asks for, worked out, when the chat model cannot call the calculator
     (and the user did not switch it off) and the message shows arithmetic; None otherwise."""
-    tools = turn.services.model_plan.capability("chat", "tools")
-    if tools or "calculator" in turn.tools_off:
+    if not _calculator_first(turn):
         return None
     started = time.monotonic()
     today = now_in(turn.time_zone).now.date()
@@ -126,8 +125,33 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
             return None
         step_event(turn, "Working out the numbers")
         expression = await _expression_for(turn, message, today)
-    if expression is None:
+    return await _calculated(turn, expression, started) if expression else None
+
+
+async def span_from_memories(
+    turn: TurnContext, message: str, memories: list[str]
+) -> Calculation | None:
+    """For a count of days to or from a day the user told of before ("How many days until my
+    sister's birthday?"): the days to the date in the recalled memory that names it ("The
+    user's sister Ana's birthday is on March 3."); None otherwise. Asked without it, the local
+    model answered 10 (it was 86)."""
+    if not memories or not _calculator_first(turn) or not (span := span_question(message)):
         return None
+    started = time.monotonic()
+    today = now_in(turn.time_zone).now.date()
+    expression = await asyncio.to_thread(span_expression, span, today, memories)
+    return await _calculated(turn, expression, started) if expression else None
+
+
+def _calculator_first(turn: TurnContext) -> bool:
+    """Whether sums are worked out before the model answers: it cannot call the calculator
+    itself, and the user did not switch the calculator off."""
+    tools = turn.services.model_plan.capability("chat", "tools")
+    return not tools and "calculator" not in turn.tools_off
+
+
+async def _calculated(turn: TurnContext, expression: str, started: float) -> Calculation | None:
+    """`expression` computed, shown as a step, and recorded; None if the calculator refuses it."""
     try:
         # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
         value = await asyncio.to_thread(evaluate, expression)

@@ -18,7 +18,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
-from chat.arithmetic import calculation_for
+from chat.arithmetic import calculation_for, span_from_memories
 from chat.document_recall import document_search, recall_documents
 from chat.memory_recall import recall_memories
 from chat.replies import done_event, save_reply
@@ -81,12 +81,15 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     pool = turn.services.database.pool
     # Research searches the documents for each of its sub-questions instead.
     research_mode = state.get("mode") == "research"
+    sums_in = "" if research_mode or turn.continues else state["user_text"]
     (summary, history), recalled, (passages, documents), calculation = await asyncio.gather(
         _unsummarised(pool, turn.chat_id),
         recall_memories(turn, state["user_text"]),
         recall_documents(turn, "" if research_mode else state["user_text"]),
-        calculation_for(turn, "" if research_mode or turn.continues else state["user_text"]),
+        calculation_for(turn, sums_in),
     )
+    if calculation is None:  # "How many days until my sister's birthday?": a date told before
+        calculation = await span_from_memories(turn, sums_in, recalled.memories)
     turn.seen["unsummarised"] = len(history)  # (the summary fold after the reply needs it)
     continues = turn.continues or {}
     earlier = [

@@ -7,14 +7,16 @@ So the date is read here and the expression written from it: `span_question` fin
 ("how many days/weeks until/till/to/before/since …", "how long until …", "how long ago was …"),
 `span_expression` reads the date (a holiday from `_HOLIDAYS`, otherwise dateparser in English with
 the day and month required) at its nearest ahead of today for "until", behind it for "since",
-and gives the calculator's `date(…) - date(…)` (over 7 for weeks). A date it cannot read, a
-numeric date that reads two ways ("3/4"), or one on the wrong side of today gives None: the
-question is then left as it was. English only.
+and gives the calculator's `date(…) - date(…)` (over 7 for weeks). A day the user told of
+before ("How many days until my sister's birthday?") is read from the one recalled memory that
+names it. A date it cannot read, a numeric date that reads two ways ("3/4"), or one on the wrong
+side of today gives None: the question is then left as it was. English only.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 
@@ -44,8 +46,13 @@ _EASTER = ("easter", "easter sunday", "easter day")
 
 _SPAN = re.compile(
     r"\bhow (?:many (?P<unit>days|weeks|nights|sleeps)|long)\b(?P<words>[^.!?\n]*)"
-    r"\b(?P<prep>until|till|til|'til|to|before|since|between (?:today|now) and)\s+"
+    r"\b(?P<prep>until|till|til|'til|to|before|between (?:today|now) and)\s+"
     r"(?P<target>[^.!?\n]+)",
+    re.IGNORECASE,
+)
+# "since" first: in "How many days since I moved to Lisbon?" the date is all that follows it.
+_SINCE = re.compile(
+    r"\bhow (?:many (?P<unit>days|weeks|nights)|long)\b[^.!?\n]*?\bsince\s+(?P<target>[^.!?\n]+)",
     re.IGNORECASE,
 )
 _AGO = re.compile(
@@ -62,6 +69,23 @@ _YEAR_AT_END = re.compile(r"\s+(?P<year>\d{4})\Z")
 _TWO_WAY = re.compile(r"\A(?P<a>\d{1,2})[/.-](?P<b>\d{1,2})(?:[/.-]\d{2,4})?\Z")
 
 
+# For a date told before: the words of "my sister's birthday" that name it, and its date in the
+# memory ("March 3", "3rd of March 2027", "June 5, 2028").
+_WORD = re.compile(r"[a-z]+")
+_MY = re.compile(r"\bmy ([a-z]+)")
+_NOT_NAMING = frozenset({"my", "the", "a", "an", "of", "our", "next", "this", "coming", "s", "i"})
+_YEARLY = frozenset({"birthday", "anniversary"})
+_MONTH = (
+    r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april"
+    r"|june|july|august|september|october|november|december)\.?"
+)
+_DAY_OF_MONTH = r"\d{1,2}(?:st|nd|rd|th)?"
+_DATE_IN_TEXT = re.compile(
+    rf"\b(?:{_DAY_OF_MONTH} (?:of )?{_MONTH}|{_MONTH} (?:the )?{_DAY_OF_MONTH})(?:,? \d{{4}})?\b"
+)
+_YEAR_IN_DATE = re.compile(r",? \d{4}\Z")
+
+
 @dataclass(frozen=True)
 class SpanQuestion:
     target: str  # the date as the user wrote it: "Christmas", "1 March 2027"
@@ -72,8 +96,10 @@ class SpanQuestion:
 def span_question(message: str) -> SpanQuestion | None:
     """The span from today `message` asks for ("How many days until Christmas?"), if it asks for
     one; the date is not read yet (see `span_expression`)."""
-    if match := _SPAN.search(message):
-        ahead = match["prep"].lower() != "since"
+    if match := _SINCE.search(message):
+        ahead = False
+    elif match := _SPAN.search(message):
+        ahead = True
     elif match := _AGO.search(message):
         ahead = False
     else:
@@ -83,11 +109,17 @@ def span_question(message: str) -> SpanQuestion | None:
     return SpanQuestion(target, ahead, weeks) if target else None
 
 
-def span_expression(question: SpanQuestion, today: date) -> str | None:
+def span_expression(
+    question: SpanQuestion, today: date, memories: Sequence[str] = ()
+) -> str | None:
     """The calculator's expression for `question` counted from `today` ("date(2026,12,25) -
     date(2026,12,7)"), or None when its date cannot be read, or is on the wrong side of today.
-    Loads dateparser's data on first use: call it off the event loop."""
+    A target that is no date ("my sister's birthday") is looked up in `memories` (recalled
+    facts: "The user's sister Ana's birthday is on March 3."). Loads dateparser's data on first
+    use: call it off the event loop."""
     day = _read_date(question.target, today, question.ahead)
+    if day is None and memories:
+        day = _date_in_memories(question.target, memories, today, question.ahead)
     if day is None or (day < today if question.ahead else day > today):
         return None
     later, earlier = (day, today) if question.ahead else (today, day)
@@ -117,6 +149,37 @@ def _read_date(text: str, today: date, ahead: bool) -> date | None:
 
     found = dateparser.parse(text, languages=["en"], settings=settings)  # type: ignore[arg-type]
     return found.date() if found else None
+
+
+def _date_in_memories(
+    target: str, memories: Sequence[str], today: date, ahead: bool
+) -> date | None:
+    """The date of the one memory that says what `target` names: every word of it in the
+    memory ("sister", "birthday"), and "my X" as "the user's X" (so "my birthday" is not the
+    sister's). A yearly day ("birthday", "anniversary") is counted to or from its nearest
+    occurrence whatever year the memory gives."""
+    text = _plain(target)
+    words = set(_WORD.findall(text)) - _NOT_NAMING
+    owned = [f"the user's {thing}" for thing in _MY.findall(text)]
+    yearly = bool(words & _YEARLY)
+    found = set()
+    for memory in memories:
+        said = _plain(memory)
+        if not words <= set(_WORD.findall(said)) or not all(o in said for o in owned):
+            continue
+        dates = _DATE_IN_TEXT.findall(said)
+        if len(dates) != 1:
+            return None  # no date, or which one is meant cannot be told
+        written = _YEAR_IN_DATE.sub("", dates[0]) if yearly else dates[0]
+        day = _read_date(written, today, ahead)
+        if day is None:
+            return None
+        found.add(day)
+    return found.pop() if len(found) == 1 else None
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.lower().replace("’", "'").split())
 
 
 def _holiday(name: str, year: int | None, today: date, ahead: bool) -> date:

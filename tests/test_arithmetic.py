@@ -15,7 +15,7 @@ import pytest
 
 from chat.arithmetic import asks_for_arithmetic, written_out
 from chat.runner import start_turn, stream_turn
-from core import chat_store
+from core import chat_store, memory_store
 from core.accounts import LOCAL_USER_ID
 from core.services import Services
 from tests.scripted_model import ScriptedProvider
@@ -104,6 +104,36 @@ async def test_days_until_a_date_from_today_are_counted_from_the_date_read_by_co
     events = await run(without_tools(chat_services), "How many days until Christmas?")
     assert [c["model"] for c in model.calls] == ["chat"]
     assert worked_out in model.calls[0]["messages"][-1]["content"]
+    assert f"Calculating {worked_out}" in [e["text"] for e in events if e["type"] == "step"]
+
+
+async def test_days_until_a_day_told_before_are_counted_from_its_memory(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial: "My sister Ana's birthday is on March 3." saved as a memory, then
+    in a new chat "How many days until my sister's birthday?" got 10 (it was 86)."""
+    told = "My sister Ana's birthday is on March 3."
+    chat = await chat_store.create_chat(chat_services.database.pool)
+    message = await chat_store.add_message(
+        chat_services.database.pool, chat["chat_id"], "user", told
+    )
+    saved = await memory_store.save_grounded_memory(
+        chat_services.database.pool, chat_services.embedder,
+        "The user's sister Ana's birthday is on March 3.", told, message["message_id"],
+    )  # fmt: skip
+    assert saved.saved
+    today = datetime.now(UTC).date()
+    birthday = date(today.year, 3, 3)
+    birthday = birthday if birthday >= today else date(today.year + 1, 3, 3)
+    worked_out = (
+        f"date({birthday.year},3,3) - date({today.year},{today.month},{today.day})"
+        f" = {(birthday - today).days}"
+    )
+    model.push({"text": f"{(birthday - today).days} days."})
+    events = await run(without_tools(chat_services), "How many days until my sister's birthday?")
+    assert [c["model"] for c in model.calls] == ["chat"]
+    said = model.calls[0]["messages"][-1]["content"]
+    assert worked_out in said and "Ana's birthday is on March 3" in said
     assert f"Calculating {worked_out}" in [e["text"] for e in events if e["type"] == "step"]
 
 

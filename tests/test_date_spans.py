@@ -13,10 +13,12 @@ from core.date_spans import span_expression, span_question
 SEVENTH_OF_DECEMBER = date(2026, 12, 7)
 
 
-def days(message: str, today: date = SEVENTH_OF_DECEMBER) -> float | None:
+def days(
+    message: str, today: date = SEVENTH_OF_DECEMBER, memories: tuple[str, ...] = ()
+) -> float | None:
     """What the calculator makes of the expression written for `message`, None for none."""
     question = span_question(message)
-    expression = span_expression(question, today) if question else None
+    expression = span_expression(question, today, memories) if question else None
     return evaluate(expression) if expression else None
 
 
@@ -70,3 +72,49 @@ def test_after_the_day_itself_the_next_one_is_meant() -> None:
 )
 def test_no_date_it_can_read_the_right_way_round_gives_no_expression(message: str) -> None:
     assert days(message) is None
+
+
+MEMORIES = (
+    "The user's name is Dana. (said on 2026-11-30)",
+    "The user's sister Ana's birthday is on March 3. (said on 2026-12-01)",
+    "The user's birthday is on the 12th of May. (said on 2026-12-01)",
+    "The user moved to Lisbon on 3 March 2025. (said on 2026-12-02)",
+    "The user's wedding anniversary is June 5, 2019. (said on 2026-12-02)",
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "count"),
+    [
+        # Seen keyless: told the birthday in one chat, asked in another, the model said 10.
+        ("How many days until my sister's birthday?", 86),
+        ("How many days until Ana's birthday?", 86),
+        ("How many days until my birthday?", 156),  # the user's, not the sister's
+        ("How many days since I moved to Lisbon?", 644),  # the year told is kept
+        ("How many days until our wedding anniversary?", 180),  # yearly: the next one
+    ],
+)
+def test_a_day_told_before_is_counted_from_the_memory_that_names_it(
+    message: str, count: int
+) -> None:
+    assert days(message, memories=MEMORIES) == count
+    assert days(message) is None  # without memories, no date
+
+
+@pytest.mark.parametrize(
+    ("message", "memories"),
+    [
+        ("How many days until my mother's birthday?", MEMORIES),
+        ("How many days until my anniversary?", MEMORIES),  # "wedding anniversary" is not it
+        # Two birthdays it could be, or two dates in the one memory: which is meant is unclear.
+        (
+            "How many days until Ana's birthday?",
+            ("Ana's birthday is on March 3.", "The user's friend Ana's birthday is on 9 May."),
+        ),
+        ("How many days until my trip?", ("The user's trip is from 3 May to 10 May.",)),
+    ],
+)
+def test_no_one_memory_with_one_date_gives_no_expression(
+    message: str, memories: tuple[str, ...]
+) -> None:
+    assert days(message, memories=memories) is None
