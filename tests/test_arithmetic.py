@@ -38,6 +38,16 @@ def chat_id(events: list[dict[str, Any]]) -> uuid.UUID:
     return uuid.UUID(next(e["chat_id"] for e in events if e["type"] == "chat"))
 
 
+def days_until(month: int, day: int) -> tuple[int, str]:
+    """The days from today to the next `day` of `month`, and the sum as the calculator shows
+    it ("date(2026,12,25) - date(2026,12,7) = 18")."""
+    today = datetime.now(UTC).date()  # no time zone known: the user's date is UTC's
+    then = date(today.year, month, day)
+    then = then if then >= today else date(today.year + 1, month, day)
+    days = (then - today).days
+    return days, f"{then:date(%Y,%-m,%-d)} - {today:date(%Y,%-m,%-d)} = {days}"
+
+
 def expression(text: str) -> dict[str, str]:
     return {"text": json.dumps({"expression": text})}
 
@@ -93,14 +103,8 @@ async def test_days_until_a_date_from_today_are_counted_from_the_date_read_by_co
     """Seen in a keyless trial on 7 December: "How many days until Christmas?" got 24 from the
     local model (it is 18), and asked for the expression it wrote 2027's Christmas. The date is
     read by code (core/date_spans.py): no model writes the sum."""
-    today = datetime.now(UTC).date()  # no time zone known: the user's date is UTC's
-    christmas = date(today.year, 12, 25)
-    christmas = christmas if christmas >= today else date(today.year + 1, 12, 25)
-    worked_out = (
-        f"date({christmas.year},12,25) - date({today.year},{today.month},{today.day})"
-        f" = {(christmas - today).days}"
-    )
-    model.push({"text": f"{(christmas - today).days} days."})
+    days, worked_out = days_until(12, 25)
+    model.push({"text": f"{days} days."})
     events = await run(without_tools(chat_services), "How many days until Christmas?")
     assert [c["model"] for c in model.calls] == ["chat"]
     assert worked_out in model.calls[0]["messages"][-1]["content"]
@@ -122,14 +126,8 @@ async def test_days_until_a_day_told_before_are_counted_from_its_memory(
         "The user's sister Ana's birthday is on March 3.", told, message["message_id"],
     )  # fmt: skip
     assert saved.saved
-    today = datetime.now(UTC).date()
-    birthday = date(today.year, 3, 3)
-    birthday = birthday if birthday >= today else date(today.year + 1, 3, 3)
-    worked_out = (
-        f"date({birthday.year},3,3) - date({today.year},{today.month},{today.day})"
-        f" = {(birthday - today).days}"
-    )
-    model.push({"text": f"{(birthday - today).days} days."})
+    days, worked_out = days_until(3, 3)
+    model.push({"text": f"{days} days."})
     events = await run(without_tools(chat_services), "How many days until my sister's birthday?")
     assert [c["model"] for c in model.calls] == ["chat"]
     said = model.calls[0]["messages"][-1]["content"]
