@@ -55,7 +55,7 @@ from core.preferences import with_defaults
 from core.prompts import MEMORY_OPERATIONS_SCHEMA, memory_extraction_request
 from core.relative_dates import absolute_dates
 from core.services import Services
-from core.third_person import named_as_user, third_person, users_name
+from core.third_person import named_as_user, named_relative, third_person, users_name
 
 log = logging.getLogger("resolveai.memory")
 
@@ -198,8 +198,10 @@ async def _apply(
     if kind not in ("add", "update", "supersede") or not isinstance(fact, str):
         return  # "none", or nothing usable
     fact = third_person(fact)  # "I live in Lisbon." copied from the message is the user's fact
-    if not _ABOUT_THE_USER.search(fact):  # "Luc works as a nurse.", once the user is Luc
-        fact = named_as_user(fact, await users_names(pool, user_id=message["user_id"]))
+    # "Mira turns 7." from "My daughter Mira turns 7."; "Luc works as a nurse.", once the user is
+    # Luc (the user's names are those saved before this fact: the name goes first).
+    fact = named_relative(fact, text)
+    fact = named_as_user(fact, await users_names(pool, user_id=message["user_id"]))
     # "last year" would be wrong next year; "yesterday" is the user's yesterday.
     zone = with_defaults(message["preferences"])["time_zone"]
     fact = absolute_dates(fact, now_in(zone, message["sent_at"]).now)

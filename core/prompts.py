@@ -206,6 +206,10 @@ precise, use "update" with its number.
 # it kept nothing from "Keep your answers brief from now on, I read them on my phone." or "I work
 # nights, so reply briefly.", and wrote "Please keep replies short." (not about the user, so
 # refused) from "I'm Marco, I work as a nurse on night shifts, so please keep replies short."
+# The son's birthday: without it "My daughter Lily just turned 5." kept nothing, and after "Hi,
+# I'm Priya." the date of "My daughter Mira turns 7 on January 14" was lost (10 statements about
+# family and their dates, /tmp/s/family.py in the stop note: 9 with a memory → 10, every date
+# kept); written "is 4" it taught the model to drop the date ("The user's daughter Mira is 7.").
 # `python -m evals memory-statements`: see evals/RESULTS.md. They never change, so the local
 # model's prompt cache keeps them.
 MEMORY_EXTRACTION_EXAMPLES = [
@@ -233,6 +237,14 @@ MEMORY_EXTRACTION_EXAMPLES = [
         None,
         "[1] Can you suggest a podcast I can listen to on the bus?",
         {"operations": []},
+    ),
+    (
+        "M1: The user's name is Sam.",
+        "Here are some party games for kids.",
+        "[1] My son Leo turns 4 on 3 May, so nothing too scary.",
+        {"operations": [
+            {"op": "add", "fact": "The user's son Leo turns 4 on 3 May.", "sentences": [1]},
+        ]},
     ),
     (
         "M1: The user's name is Sam.",

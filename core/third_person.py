@@ -14,7 +14,8 @@ user wants you to always answer in British English.".
 A model that knows the user's name may use it as the subject: from "Bonjour ! Je m'appelle Luc, je
 suis infirmier à Lyon et j'ai deux chats." the local model wrote "The user's name is Luc." and then
 "Luc works as an infirmier in Lyon.", which was refused. A fact opening with the name the user gave
-(`users_name`) is about the user too (`named_as_user`).
+(`users_name`) is about the user too (`named_as_user`), and so is one opening with the name of
+someone the user calls "my daughter Mira" (`named_relative`: "Mira turns 7 on January 14.").
 """
 
 from __future__ import annotations
@@ -138,12 +139,40 @@ def users_name(fact: str) -> str | None:
 
 
 def named_as_user(fact: str, names: list[str]) -> str:
-    """`fact` about "the user" when it opens with one of the user's `names` or its first word
-    ("Luc Martin's cats are called Tom." → "The user's cats are called Tom."); any other fact as
-    it is."""
+    """`fact` told of "the user" where it names the user by one of their `names` or its first
+    word ("Luc Martin's cats are called Tom." → "The user's cats are called Tom."; "Mira turns 7,
+    and Priya is planning her party." → "…, and the user is planning her party.")."""
+    text = fact.strip()
     forms = {form for name in names for form in (name, name.split()[0])}
     for form in sorted(forms, key=len, reverse=True):  # "Luc Martin" before "Luc"
-        match = re.match(rf"{re.escape(form)}(['’]s)?\b(?!['’-])", fact.strip())
-        if match:
-            return "The user" + (match.group(1) or "") + fact.strip()[match.end() :]
-    return fact
+        text = re.sub(
+            rf"\b{re.escape(form)}(?P<s>['’]s)?\b(?!['’-])",
+            lambda named: "the user" + (named["s"] or ""),
+            text,
+        )
+    if text == fact.strip():
+        return fact
+    return text[0].upper() + text[1:]
+
+
+# Someone the user names with what they are to them: "my daughter Mira", "our dog Biscuit".
+# Not "my name is Priya" nor "my friend named Jo": the words between are what the person is.
+_RELATION = r"\b(?:[Mm]y|[Oo]ur)\s+(?P<relation>(?:[a-z]+\s+){0,2}[a-z]+),?\s+"
+_NOT_A_RELATION = frozenset(
+    {"is", "was", "named", "called", "and", "or", "the", "a", "an", "who", "that", "with", "of"}
+)
+
+
+def named_relative(fact: str, message: str) -> str:
+    """`fact` about the user's relative, friend or pet when it opens with the name of one the
+    user's `message` calls "my daughter Mira" ("Mira turns 7 on January 14." → "The user's
+    daughter Mira turns 7 on January 14."): the local model wrote it so and it was refused as not
+    about the user. Any other fact as it is."""
+    text = fact.strip()
+    opening = re.match(r"[^\W\d_][\w-]*", text)
+    if opening is None or not opening[0][0].isupper():
+        return fact
+    told = re.search(rf"{_RELATION}{re.escape(opening[0])}\b", message)
+    if told is None or _NOT_A_RELATION & set(told["relation"].split()):
+        return fact
+    return f"The user's {' '.join(told['relation'].split())} {text}"

@@ -38,7 +38,7 @@ from core.grounding import (
 )
 from core.memory_jobs import QueuedMessage
 from core.services import Services, open_services
-from core.third_person import third_person
+from core.third_person import named_as_user, named_relative, third_person
 from tests.chat_client import send
 from tests.conftest import SCRIPTED_MODELS, extractions_done, new_database
 from tests.scripted_model import ScriptedProvider
@@ -399,6 +399,41 @@ def test_a_name_the_user_greets_or_thanks_is_not_theirs() -> None:
 )
 def test_a_fact_in_the_users_own_voice_is_told_about_the_user(fact: str, told: str) -> None:
     assert third_person(fact) == told
+
+
+@pytest.mark.parametrize(
+    ("fact", "message", "told"),
+    [
+        ("Mira turns 7.", "My daughter Mira turns 7.", "The user's daughter Mira turns 7."),
+        ("Jo's birthday is 9 May.", "My best friend, Jo, was born on 9 May.",
+         "The user's best friend Jo's birthday is 9 May."),
+        ("Biscuit is a beagle.", "We got my little dog Biscuit.",
+         "The user's little dog Biscuit is a beagle."),
+        # No relation given: as it is.
+        ("Priya likes tea.", "My name is Priya and I like tea.", "Priya likes tea."),
+        ("Jo lives in Leeds.", "My friend named Jo lives in Leeds.", "Jo lives in Leeds."),
+        ("Jo lives in Leeds.", "Jo lives in Leeds, my friend says.", "Jo lives in Leeds."),
+        ("Mira turns 7.", "Our daughter Mira turns 7.", "The user's daughter Mira turns 7."),
+        ("Mira turns 7.", "Their daughter Mira turns 7.", "Mira turns 7."),
+    ],
+)  # fmt: skip
+def test_a_fact_opening_with_someone_the_user_calls_theirs_is_told_as_theirs(
+    fact: str, message: str, told: str
+) -> None:
+    assert named_relative(fact, message) == told
+
+
+@pytest.mark.parametrize(
+    ("fact", "told"),
+    [
+        ("Luc Martin's cats are called Tom.", "The user's cats are called Tom."),
+        ("Ana and Luc went to Lyon.", "Ana and the user went to Lyon."),
+        ("Luc-Pierre lives in Nice.", "Luc-Pierre lives in Nice."),
+        ("Lucy lives in Nice.", "Lucy lives in Nice."),
+    ],
+)
+def test_the_users_own_name_in_a_fact_is_the_user(fact: str, told: str) -> None:
+    assert named_as_user(fact, ["Luc Martin"]) == told
 
 
 async def test_newcomer_states_facts_and_later_chats_know_them(
@@ -1006,13 +1041,59 @@ async def test_a_fact_the_model_tells_of_the_user_by_name_is_the_users(
         client, chat_services,
         "I'm Luc Martin. I work as a nurse in Lyon.",
         "My cats are called Tom and Lou.",  # the name is a memory by now
-        "My brother Paul lives in Nice.",
+        "Paul, who I met at work, lives in Nice.",
     )  # fmt: skip
     assert await saved_with_quotes(client) == [
         ("The user works as a nurse in Lyon.", "I work as a nurse in Lyon."),
         ("The user's cats are called Tom and Lou.", "My cats are called Tom and Lou."),
         ("The user's name is Luc Martin.", "I'm Luc Martin."),
     ]
+    lines = memory_log(caplog)
+    assert sum("not a fact about the user" in line for line in lines) == 1, lines
+
+
+async def test_a_fact_told_of_someone_the_user_named_as_theirs_is_about_the_user(
+    client: httpx.AsyncClient,
+    model: ScriptedProvider,
+    chat_services: Services,
+    empty: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seen in a keyless trial: from "Hi, I'm Priya. My daughter Mira turns 7 on January 14, and
+    I'm planning her party." the local model saved "The user has a daughter named Mira." but wrote
+    "Mira turns 7 on January 14, and Priya is planning her party.", refused as not about the user,
+    so "How many days until Mira's birthday?" got a made-up answer. Someone the user calls "my
+    daughter Mira" is the user's daughter; the user's own name is the user; a name the message
+    gives no relation to is still not the user's."""
+    caplog.set_level("INFO", logger="resolveai.memory")
+    model.push({"text": "Happy early birthday to Mira!"}, {"text": "Nice."})
+    model.push_for(
+        "memory",
+        ops(
+            {"op": "add", "fact": "The user's name is Priya.", "sentences": [1]},
+            {"op": "add", "fact": "The user has a daughter named Mira.", "sentences": [2]},
+            {"op": "add", "fact": "Mira turns 7 on January 14, and Priya is planning her party.",
+             "sentences": [2]},
+        ),
+        ops(
+            {"op": "add", "fact": "Jo's birthday is on 9 October.", "sentences": [1]},
+            {"op": "add", "fact": "Sam lives in Leeds.", "sentences": [2]},
+        ),
+    )  # fmt: skip
+    await send_each(
+        client, chat_services,
+        "Hi, I'm Priya. My daughter Mira turns 7 on January 14, and I'm planning her party.",
+        "My best friend, Jo, has her birthday on 9 October. Sam lives in Leeds.",
+    )  # fmt: skip
+    quote = "My daughter Mira turns 7 on January 14, and I'm planning her party."
+    assert await saved_with_quotes(client) == [
+        ("The user has a daughter named Mira.", quote),
+        ("The user's best friend Jo's birthday is on 9 October.",
+         "My best friend, Jo, has her birthday on 9 October."),
+        ("The user's daughter Mira turns 7 on January 14, and the user is planning her party.",
+         quote),
+        ("The user's name is Priya.", "Hi, I'm Priya."),
+    ]  # fmt: skip
     lines = memory_log(caplog)
     assert sum("not a fact about the user" in line for line in lines) == 1, lines
 
