@@ -31,7 +31,7 @@ from chat.tools import calculator_result, tool_record
 from core import tracing
 from core.calculator import CalculatorError, evaluate, format_number
 from core.clock import now_in
-from core.date_spans import span_expression, span_question
+from core.date_spans import SpanQuestion, in_weeks, span_expression, span_question
 from core.model_json import json_object_in
 from core.model_progress import watched_quietly
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
@@ -117,9 +117,11 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
         return None
     started = time.monotonic()
     today = now_in(turn.time_zone).now.date()
-    expression = written_out(message)
-    if expression is None and (span := span_question(message)):
+    expression, span = written_out(message), span_question(message)
+    if expression is None and span:
         expression = await asyncio.to_thread(span_expression, span, today)
+        if expression:
+            return await _calculated(turn, expression, started, in_days=span)
     if expression is None:
         if not asks_for_arithmetic(message):
             return None
@@ -140,7 +142,7 @@ async def span_from_memories(
     started = time.monotonic()
     today = now_in(turn.time_zone).now.date()
     expression = await asyncio.to_thread(span_expression, span, today, memories)
-    return await _calculated(turn, expression, started) if expression else None
+    return await _calculated(turn, expression, started, in_days=span) if expression else None
 
 
 def _calculator_first(turn: TurnContext) -> bool:
@@ -150,8 +152,13 @@ def _calculator_first(turn: TurnContext) -> bool:
     return not tools and "calculator" not in turn.tools_off
 
 
-async def _calculated(turn: TurnContext, expression: str, started: float) -> Calculation | None:
-    """`expression` computed, shown as a step, and recorded; None if the calculator refuses it."""
+async def _calculated(
+    turn: TurnContext, expression: str, started: float, in_days: SpanQuestion | None = None
+) -> Calculation | None:
+    """`expression` computed, shown as a step, and recorded; None if the calculator refuses it.
+    `in_days`: the question the result counts the days for, told in weeks too when asked in
+    weeks ("… = 18 days, that is 2 weeks and 4 days": written "= 18 days = 2 weeks and 4 days",
+    the local model answered "2 weeks")."""
     try:
         # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
         value = await asyncio.to_thread(evaluate, expression)
@@ -159,6 +166,9 @@ async def _calculated(turn: TurnContext, expression: str, started: float) -> Cal
         log.info("Chat %s: no sum in %r (%s)", short_id(turn.chat_id), expression[:80], error)
         return None
     worked_out = f"{expression} = {format_number(value, grouped=True)}"
+    if in_days is not None and isinstance(value, int):
+        weeks = in_days.weeks and value >= 7
+        worked_out += f" days, that is {in_weeks(value)}" if weeks else " days"
     step_event(turn, f"Calculating {worked_out}", tool="calculator")
     record = tool_record(
         f"call_{uuid.uuid4().hex[:24]}", "calculator", {"expression": expression},

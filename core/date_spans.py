@@ -7,7 +7,8 @@ So the date is read here and the expression written from it: `span_question` fin
 ("how many days/weeks until/till/to/before/since …", "how long until …", "how long ago was …"),
 `span_expression` reads the date (a holiday from `_HOLIDAYS`, otherwise dateparser in English with
 the day and month required) at its nearest ahead of today for "until", behind it for "since",
-and gives the calculator's `date(…) - date(…)` (over 7 for weeks). A day the user told of
+and gives the calculator's `date(…) - date(…)` (asked in weeks, the days are told in weeks too,
+`in_weeks`). A day the user told of
 before ("How many days until my sister's birthday?") is read from the one recalled memory that
 names it. A date it cannot read, a numeric date that reads two ways ("3/4"), or one on the wrong
 side of today gives None: the question is then left as it was. English only.
@@ -75,6 +76,8 @@ _WORD = re.compile(r"[a-z]+")
 _MY = re.compile(r"\bmy ([a-z]+)")
 _NOT_NAMING = frozenset({"my", "the", "a", "an", "of", "our", "next", "this", "coming", "s", "i"})
 _YEARLY = frozenset({"birthday", "anniversary"})
+# A birthday told without the word: "Mira turns 7 on January 14.", "Leo was born on 2 May 2020."
+_BORN = re.compile(r"\b(?:turns|turning|will turn) \d+\b|\bborn\b")
 _MONTH = (
     r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april"
     r"|june|july|august|september|october|november|december)\.?"
@@ -90,7 +93,7 @@ _YEAR_IN_DATE = re.compile(r",? \d{4}\Z")
 class SpanQuestion:
     target: str  # the date as the user wrote it: "Christmas", "1 March 2027"
     ahead: bool  # "until" (True) or "since"/"ago" (False)
-    weeks: bool  # counted in weeks rather than days
+    weeks: bool  # asked in weeks rather than days
 
 
 def span_question(message: str) -> SpanQuestion | None:
@@ -123,8 +126,15 @@ def span_expression(
     if day is None or (day < today if question.ahead else day > today):
         return None
     later, earlier = (day, today) if question.ahead else (today, day)
-    span = f"{_as_call(later)} - {_as_call(earlier)}"
-    return f"({span}) / 7" if question.weeks else span
+    return f"{_as_call(later)} - {_as_call(earlier)}"
+
+
+def in_weeks(days: int) -> str:
+    """A count of days told in whole weeks and days ("2 weeks and 4 days"), as a person would
+    rather than "2.57142857142857" weeks."""
+    weeks, rest = divmod(days, 7)
+    parts = [(weeks, "week"), (rest, "day")]
+    return " and ".join(f"{n} {unit}{'' if n == 1 else 's'}" for n, unit in parts if n) or "0 days"
 
 
 def _as_call(day: date) -> str:
@@ -157,7 +167,8 @@ def _date_in_memories(
     """The date of the one memory that says what `target` names: every word of it in the
     memory ("sister", "birthday"), and "my X" as "the user's X" (so "my birthday" is not the
     sister's). A yearly day ("birthday", "anniversary") is counted to or from its nearest
-    occurrence whatever year the memory gives."""
+    occurrence whatever year the memory gives; a birthday may be told as a day someone turns an
+    age or was born (`_BORN`)."""
     text = _plain(target)
     words = set(_WORD.findall(text)) - _NOT_NAMING
     owned = [f"the user's {thing}" for thing in _MY.findall(text)]
@@ -165,7 +176,8 @@ def _date_in_memories(
     found = set()
     for memory in memories:
         said = _plain(memory)
-        if not words <= set(_WORD.findall(said)) or not all(o in said for o in owned):
+        said_words = set(_WORD.findall(said)) | ({"birthday"} if _BORN.search(said) else set())
+        if not words <= said_words or not all(o in said for o in owned):
             continue
         dates = _DATE_IN_TEXT.findall(said)
         if len(dates) != 1:

@@ -40,12 +40,12 @@ def chat_id(events: list[dict[str, Any]]) -> uuid.UUID:
 
 def days_until(month: int, day: int) -> tuple[int, str]:
     """The days from today to the next `day` of `month`, and the sum as the calculator shows
-    it ("date(2026,12,25) - date(2026,12,7) = 18")."""
+    it ("date(2026,12,25) - date(2026,12,7) = 18 days")."""
     today = datetime.now(UTC).date()  # no time zone known: the user's date is UTC's
     then = date(today.year, month, day)
     then = then if then >= today else date(today.year + 1, month, day)
     days = (then - today).days
-    return days, f"{then:date(%Y,%-m,%-d)} - {today:date(%Y,%-m,%-d)} = {days}"
+    return days, f"{then:date(%Y,%-m,%-d)} - {today:date(%Y,%-m,%-d)} = {days} days"
 
 
 def expression(text: str) -> dict[str, str]:
@@ -109,6 +109,24 @@ async def test_days_until_a_date_from_today_are_counted_from_the_date_read_by_co
     assert [c["model"] for c in model.calls] == ["chat"]
     assert worked_out in model.calls[0]["messages"][-1]["content"]
     assert f"Calculating {worked_out}" in [e["text"] for e in events if e["type"] == "step"]
+
+
+async def test_weeks_until_a_date_are_told_in_weeks_and_days(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial: "How many weeks until Christmas?" showed "… / 7 =
+    2.57142857142857", which the model then repeated. The days are counted, and told in whole
+    weeks and days as a person would."""
+    days, worked_out = days_until(12, 25)
+    weeks, rest = divmod(days, 7)
+    in_weeks = " and ".join(
+        f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in ((weeks, "week"), (rest, "day")) if n
+    )
+    model.push({"text": f"{in_weeks}."})
+    events = await run(without_tools(chat_services), "How many weeks until Christmas?")
+    shown = f"{worked_out}, that is {in_weeks}" if weeks else worked_out
+    assert shown in model.calls[0]["messages"][-1]["content"]
+    assert f"Calculating {shown}" in [e["text"] for e in events if e["type"] == "step"]
 
 
 async def test_days_until_a_day_told_before_are_counted_from_its_memory(

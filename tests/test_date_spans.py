@@ -8,7 +8,7 @@ from datetime import date
 import pytest
 
 from core.calculator import evaluate
-from core.date_spans import span_expression, span_question
+from core.date_spans import in_weeks, span_expression, span_question
 
 SEVENTH_OF_DECEMBER = date(2026, 12, 7)
 
@@ -38,7 +38,7 @@ def days(
         ("How many nights until Christmas 2027?", 383),
         ("How many days until June 5, 2028?", 546),
         ("How many days is it until March 1st 2027?", 84),
-        ("How many weeks until Easter?", 16),  # 28 March 2027: 111 days
+        ("How many weeks until Easter?", 111),  # 28 March 2027, told as weeks by in_weeks
         # Seen: for "since 1 January" the model wrote date(2026,1,1) - date(2026,12,7).
         ("How many days since 1 January?", 340),
         ("How many days since Christmas?", 347),  # the last one: 2025's
@@ -47,7 +47,16 @@ def days(
     ],
 )
 def test_a_span_from_today_is_counted_to_the_nearest_such_date(message: str, count: int) -> None:
-    assert days(message) == pytest.approx(count, abs=0.01 if "weeks" not in message else 0.2)
+    assert days(message) == count
+
+
+@pytest.mark.parametrize(
+    ("days_", "told"),
+    [(0, "0 days"), (3, "3 days"), (7, "1 week"), (8, "1 week and 1 day"),
+     (18, "2 weeks and 4 days"), (111, "15 weeks and 6 days")],
+)  # fmt: skip
+def test_days_are_told_in_whole_weeks_and_days(days_: int, told: str) -> None:
+    assert in_weeks(days_) == told
 
 
 def test_after_the_day_itself_the_next_one_is_meant() -> None:
@@ -80,6 +89,8 @@ MEMORIES = (
     "The user's birthday is on the 12th of May. (said on 2026-12-01)",
     "The user moved to Lisbon on 3 March 2025. (said on 2026-12-02)",
     "The user's wedding anniversary is June 5, 2019. (said on 2026-12-02)",
+    "The user's daughter Mira turns 7 on January 14. (said on 2026-12-03)",
+    "The user's son Leo was born on 2 February 2020. (said on 2026-12-03)",
 )
 
 
@@ -92,6 +103,10 @@ MEMORIES = (
         ("How many days until my birthday?", 156),  # the user's, not the sister's
         ("How many days since I moved to Lisbon?", 644),  # the year told is kept
         ("How many days until our wedding anniversary?", 180),  # yearly: the next one
+        # Seen keyless: the turning 7 saved, "Mira's birthday" got 10 days from the model.
+        ("How many days until Mira's birthday?", 38),
+        ("How many days until my daughter's birthday?", 38),
+        ("How many days until Leo's birthday?", 57),  # the day he was born, yearly
     ],
 )
 def test_a_day_told_before_is_counted_from_the_memory_that_names_it(
