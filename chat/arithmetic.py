@@ -97,11 +97,16 @@ def written_out(message: str) -> str | None:
     text = message.strip()
     asking = _ASKING.match(text)
     text = text[asking.end() :] if asking else text
-    text = _THOUSANDS.sub("", text.rstrip(" ?=.!"))
-    text = _TIMES.sub(" * ", text).replace("÷", "/").replace("−", "-").replace("^", "**")
+    text = in_calculator_signs(_THOUSANDS.sub("", text.rstrip(" ?=.!")))
     if not _SUM_ONLY.fullmatch(text) or not _OPERATION.search(text):
         return None
     return " ".join(text.split())
+
+
+def in_calculator_signs(sum_: str) -> str:
+    """A sum written in the usual signs ("2^10", "3 × 4", "8 ÷ 2") in the calculator's ("2**10",
+    "3 * 4", "8 / 2"), whether the user or a model wrote it: "^" is a power in both."""
+    return _TIMES.sub(" * ", sum_).replace("÷", "/").replace("−", "-").replace("^", "**")
 
 
 @dataclass(frozen=True)
@@ -205,5 +210,6 @@ async def _expression_for(turn: TurnContext, message: str, today: date) -> str |
     expression = payload.get("expression") if payload else None
     if not isinstance(expression, str):
         return None
-    # The JSON's braces, sometimes written into the string too ("120*(1-35/100)}").
-    return expression.strip().strip("{}").strip() or None
+    # The JSON's braces, sometimes written into the string too ("120*(1-35/100)}"); "^" for a
+    # power ("5000*(1+0.04)^10"), which the calculator refused, so the model did the sum itself.
+    return in_calculator_signs(expression.strip().strip("{}").strip()) or None

@@ -81,6 +81,29 @@ async def test_a_sum_is_computed_before_a_model_without_tools_answers(
     ]
 
 
+@pytest.mark.parametrize(
+    ("written", "computed"),
+    [
+        ("5000*(1+0.04)^10", "5000*(1+0.04)**10 = 7,401.22142459172"),
+        ("12 × 4 ÷ 3", "12 * 4 / 3 = 16"),
+    ],
+)
+async def test_a_sum_written_in_the_usual_signs_is_computed(
+    chat_services: Services, model: ScriptedProvider, written: str, computed: str
+) -> None:
+    """Seen in a keyless trial: for "If I invest 5000 at 4% a year, how much will I have after 10
+    years?" the local model wrote "5000*(1+0.04)^10", which the calculator refused ("^" is not
+    its power), so the model computed it itself: $7401.27 (it is $7,401.22). Written by the
+    model for the calculator, "^" is a power, "×" a product and "÷" a quotient."""
+    model.push(expression(written), {"text": "Done."})
+    events = await run(
+        without_tools(chat_services),
+        "If I invest 5000 at 4% a year, how much will I have after 10 years?",
+    )
+    assert f"Calculating {computed}" in [e["text"] for e in events if e["type"] == "step"]
+    assert computed in model.calls[1]["messages"][-1]["content"]
+
+
 async def test_days_between_dates_are_counted_by_the_calculator(
     chat_services: Services, model: ScriptedProvider
 ) -> None:
