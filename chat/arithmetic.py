@@ -6,7 +6,8 @@ itself, and wrongly: in a keyless trial "What is 17.5% of 2,340?" got 418.5 (it 
 message that shows arithmetic (`asks_for_arithmetic`: numbers with an operator, a percentage, or
 a word such as "times" or "square root"), the expression is the message itself when it is just a
 sum ("What is 1,234 × 5,678?", `written_out`), or written by code for a count of days from
-today ("How many days until Christmas?", core/date_spans.py); otherwise the utility model is asked
+today ("How many days until Christmas?", core/date_spans.py) or a unit conversion ("How many
+kilometres is 26.2 miles?", core/unit_conversions.py); otherwise the utility model is asked
 for it alone (core/prompts.py `arithmetic_request`, JSON with a schema), which it writes far better
 than it computes (a few seconds on the local model). The calculator computes it. The user sees
 the step ("Calculating 17.5/100*2340 = 409.5"), the result goes with the message to the chat model
@@ -21,6 +22,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -29,12 +31,13 @@ from chat.state import TurnContext
 from chat.steps import short_id, step_event
 from chat.tools import calculator_result, tool_record
 from core import tracing
-from core.calculator import CalculatorError, evaluate, format_number
+from core.calculator import CalculatorError, Number, evaluate, format_number
 from core.clock import now_in
 from core.date_spans import SpanQuestion, in_weeks, span_expression, span_question
 from core.model_json import json_object_in
 from core.model_progress import watched_quietly
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
+from core.unit_conversions import conversion_expression, conversion_question
 
 log = logging.getLogger("resolveai.chat")
 
@@ -126,7 +129,11 @@ async def calculation_for(turn: TurnContext, message: str) -> Calculation | None
     if expression is None and span:
         expression = await asyncio.to_thread(span_expression, span, today)
         if expression:
-            return await _calculated(turn, expression, started, in_days=span)
+            return await _calculated(turn, expression, started, _in_days(span))
+    if expression is None and (conversion := conversion_question(message)):
+        expression = await asyncio.to_thread(conversion_expression, conversion)
+        if expression:
+            return await _calculated(turn, expression, started, lambda _: f" {conversion.told_in}")
     if expression is None:
         if not asks_for_arithmetic(message):
             return None
@@ -147,7 +154,7 @@ async def span_from_memories(
     started = time.monotonic()
     today = now_in(turn.time_zone).now.date()
     expression = await asyncio.to_thread(span_expression, span, today, memories)
-    return await _calculated(turn, expression, started, in_days=span) if expression else None
+    return await _calculated(turn, expression, started, _in_days(span)) if expression else None
 
 
 def _calculator_first(turn: TurnContext) -> bool:
@@ -158,22 +165,20 @@ def _calculator_first(turn: TurnContext) -> bool:
 
 
 async def _calculated(
-    turn: TurnContext, expression: str, started: float, in_days: SpanQuestion | None = None
+    turn: TurnContext,
+    expression: str,
+    started: float,
+    told_in: Callable[[Number], str] = lambda _: "",
 ) -> Calculation | None:
     """`expression` computed, shown as a step, and recorded; None if the calculator refuses it.
-    `in_days`: the question the result counts the days for, told in weeks too when asked in
-    weeks ("… = 18 days, that is 2 weeks and 4 days": written "= 18 days = 2 weeks and 4 days",
-    the local model answered "2 weeks")."""
+    `told_in`: the units the result is in, after it (" days", " kilometres")."""
     try:
         # Bounded (core/calculator.py), but CPU work all the same: off the event loop.
         value = await asyncio.to_thread(evaluate, expression)
     except CalculatorError as error:
         log.info("Chat %s: no sum in %r (%s)", short_id(turn.chat_id), expression[:80], error)
         return None
-    worked_out = f"{expression} = {format_number(value, grouped=True)}"
-    if in_days is not None and isinstance(value, int):
-        weeks = in_days.weeks and value >= 7
-        worked_out += f" days, that is {in_weeks(value)}" if weeks else " days"
+    worked_out = f"{expression} = {format_number(value, grouped=True)}{told_in(value)}"
     step_event(turn, f"Calculating {worked_out}", tool="calculator")
     record = tool_record(
         f"call_{uuid.uuid4().hex[:24]}", "calculator", {"expression": expression},
@@ -181,6 +186,18 @@ async def _calculated(
         duration_ms=round((time.monotonic() - started) * 1000),
     )  # fmt: skip
     return Calculation(worked_out, record)
+
+
+def _in_days(span: SpanQuestion) -> Callable[[Number], str]:
+    """A count of days told in days, and in weeks too when asked in weeks ("… = 18 days, that is
+    2 weeks and 4 days": written "= 18 days = 2 weeks and 4 days", the local model answered "2
+    weeks")."""
+
+    def told(days: Number) -> str:
+        in_weeks_too = span.weeks and isinstance(days, int) and days >= 7
+        return f" days, that is {in_weeks(days)}" if in_weeks_too else " days"
+
+    return told
 
 
 async def _expression_for(turn: TurnContext, message: str, today: date) -> str | None:

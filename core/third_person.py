@@ -140,13 +140,14 @@ def users_name(fact: str) -> str | None:
 
 def named_as_user(fact: str, names: list[str]) -> str:
     """`fact` told of "the user" where it names the user by one of their `names` or its first
-    word ("Luc Martin's cats are called Tom." → "The user's cats are called Tom."; "Mira turns 7,
-    and Priya is planning her party." → "…, and the user is planning her party.")."""
+    word as the subject of a sentence or clause ("Luc Martin's cats are called Tom." → "The
+    user's cats are called Tom."; "Mira turns 7, and Priya is planning her party." → "…, and the
+    user is planning her party."); not elsewhere ("The user's son is named Luc.")."""
     text = fact.strip()
     forms = {form for name in names for form in (name, name.split()[0])}
     for form in sorted(forms, key=len, reverse=True):  # "Luc Martin" before "Luc"
         text = re.sub(
-            rf"\b{re.escape(form)}(?P<s>['’]s)?\b(?!['’-])",
+            rf"(?:\A|(?<=\band )|(?<=, )){re.escape(form)}(?P<s>['’]s)?\b(?!['’-])",
             lambda named: "the user" + (named["s"] or ""),
             text,
         )

@@ -4,16 +4,17 @@
 
 The local model is offered no tools, so it did arithmetic itself, and wrongly ("What is 17.5% of
 2,340?" got 418.5). chat/arithmetic.py works the sum out with the calculator before it answers.
-This suite sends `QUESTIONS` (sums, short word problems, days between dates and from today
-written for it, each with its exact answer), each as a new chat's first message through the real
-chat flow (the configured `chat` and `utility` models: the local model without keys), twice: as
-shipped ("calculator first"), and with the calculator switched off in the user's settings, which
-is the model's own arithmetic ("model alone"). A reply is right when a number in it is the answer
-(within 0.006, or 0.01% of it). Also the seconds per reply, and how often the calculator ran.
+This suite sends `QUESTIONS` (sums, short word problems, days between dates and from today, unit
+conversions, written for it, each with its exact answer), each as a new chat's first message
+through the real chat flow (the configured `chat` and `utility` models: the local model without
+keys), twice: as shipped ("calculator first"), and with the calculator switched off in the user's
+settings, which is the model's own arithmetic ("model alone"). A reply is right when a number in
+it is the answer (within 0.006, or 0.01% of it). Also the seconds per reply, and how often the
+calculator ran.
 
 Cost where there is no sum: the share of other messages that would get the extra model call
-(`asks_for_arithmetic`), or be read for a date or a sum, over the LoCoMo first speaker's evidence
-turns and chat-replies' lists; no model is needed for it.
+(`asks_for_arithmetic`), or be read as a sum, a date span or a unit conversion, over the LoCoMo
+first speaker's evidence turns and chat-replies' lists; no model is needed for it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from core.accounts import LOCAL_USER_ID
 from core.date_spans import span_expression, span_question
 from core.preferences import set_preferences
 from core.services import Services
+from core.unit_conversions import conversion_expression, conversion_question
 from evals.chat_driver import ask
 from evals.chat_replies import EVERYDAY_REQUESTS, SHORT_STATEMENTS, statements
 from evals.datasets import LOCOMO_FILE
@@ -72,6 +74,9 @@ QUESTIONS: list[tuple[str, float]] = [
     # Christmas on 7 December.
     ("How many days until Christmas?", (_next(12, 25) - _TODAY).days),
     ("How many days since 1 January?", (_TODAY - date(_TODAY.year, 1, 1)).days),
+    # Unit conversions: the model said 41.95 km for 26.2 miles.
+    ("How many kilometres is 26.2 miles?", 42.1648),
+    ("Convert 100°F to Celsius", 37.7778),
 ]
 ARMS = {"calculator first": [], "model alone": ["calculator"]}  # name: tools switched off
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -125,7 +130,7 @@ def other_messages(path: Any) -> dict[str, dict[str, int]]:
     for name, texts in groups.items():
         how = [_worked_out_by(t) for t in texts]
         counts[name] = {"messages": len(texts)} | {
-            way: how.count(way) for way in ("asked", "written_out", "from_today")
+            way: how.count(way) for way in ("asked", "written_out", "from_today", "converted")
         }
     return counts
 
@@ -137,6 +142,9 @@ def _worked_out_by(message: str) -> str | None:
     span = span_question(message)
     if span and span_expression(span, _TODAY):
         return "from_today"
+    conversion = conversion_question(message)
+    if conversion and conversion_expression(conversion):
+        return "converted"
     return "asked" if asks_for_arithmetic(message) else None
 
 
@@ -154,13 +162,13 @@ def tables(results: dict[str, Any]) -> list[Table]:
     others = Table(
         "Messages with no sum: how many would get the extra model call",
         ["messages", "n", "expression asked of the model", "taken as a written-out sum",
-         "read as a span from today"],
+         "read as a span from today", "read as a unit conversion"],
     )  # fmt: skip
     for name, row in results["other_messages"].items():
         n = row["messages"]
         others.rows.append(
             [name, n, share(row["asked"], n), share(row["written_out"], n),
-             share(row["from_today"], n)]
+             share(row["from_today"], n), share(row.get("converted", 0), n)]
         )  # fmt: skip
     return [replies, others]
 

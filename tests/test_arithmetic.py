@@ -152,6 +152,20 @@ async def test_weeks_until_a_date_are_told_in_weeks_and_days(
     assert f"Calculating {shown}" in [e["text"] for e in events if e["type"] == "step"]
 
 
+async def test_a_unit_conversion_is_computed_from_the_units_read_by_code(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial: "How many kilometres is 26.2 miles?" got 41.95 from the local
+    model (it is 42.16). The units are read by code (core/unit_conversions.py), the calculator
+    converts, and the result goes to the model in the units asked for; no model writes the sum."""
+    model.push({"text": "26.2 miles is 42.16 kilometres."})
+    events = await run(without_tools(chat_services), "How many kilometres is 26.2 miles?")
+    assert [c["model"] for c in model.calls] == ["chat"]
+    worked_out = "26.2 * 1.609344 = 42.1648128 kilometres"
+    assert worked_out in model.calls[0]["messages"][-1]["content"]
+    assert f"Calculating {worked_out}" in [e["text"] for e in events if e["type"] == "step"]
+
+
 async def test_days_until_a_day_told_before_are_counted_from_its_memory(
     chat_services: Services, model: ScriptedProvider
 ) -> None:

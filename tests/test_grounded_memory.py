@@ -430,6 +430,7 @@ def test_a_fact_opening_with_someone_the_user_calls_theirs_is_told_as_theirs(
         ("Ana and Luc went to Lyon.", "Ana and the user went to Lyon."),
         ("Luc-Pierre lives in Nice.", "Luc-Pierre lives in Nice."),
         ("Lucy lives in Nice.", "Lucy lives in Nice."),
+        ("The user's son is named Luc.", "The user's son is named Luc."),
     ],
 )
 def test_the_users_own_name_in_a_fact_is_the_user(fact: str, told: str) -> None:
