@@ -33,7 +33,14 @@ from chat.tools import calculator_result, tool_record
 from core import tracing
 from core.calculator import CalculatorError, Number, evaluate, format_number
 from core.clock import now_in
-from core.date_spans import SpanQuestion, in_weeks, span_expression, span_question
+from core.date_spans import (
+    SpanQuestion,
+    in_weeks,
+    someones_day,
+    span_expression,
+    span_question,
+    told_of,
+)
 from core.model_json import json_object_in
 from core.model_progress import watched_quietly
 from core.prompts import ARITHMETIC_SCHEMA, arithmetic_request
@@ -155,6 +162,21 @@ async def span_from_memories(
     today = now_in(turn.time_zone).now.date()
     expression = await asyncio.to_thread(span_expression, span, today, memories)
     return await _calculated(turn, expression, started, _in_days(span)) if expression else None
+
+
+async def day_not_known(
+    turn: TurnContext, message: str, memories: list[str], earlier: list[str]
+) -> str | None:
+    """The day `message` counts to or from when it is someone's ("Mira's birthday") and neither
+    a recalled memory nor an earlier message of the chat (`earlier`) speaks of it; None
+    otherwise. Asked so, the local model made the count up ("There are 10 days until Mira's
+    birthday.")."""
+    if not _calculator_first(turn) or not (span := span_question(message)):
+        return None
+    today = now_in(turn.time_zone).now.date()
+    if told_of(span, memories, earlier) or not await asyncio.to_thread(someones_day, span, today):
+        return None
+    return span.target
 
 
 def _calculator_first(turn: TurnContext) -> bool:

@@ -76,6 +76,9 @@ _WORD = re.compile(r"[a-z]+")
 _MY = re.compile(r"\bmy ([a-z]+)")
 _NOT_NAMING = frozenset({"my", "the", "a", "an", "of", "our", "next", "this", "coming", "s", "i"})
 _YEARLY = frozenset({"birthday", "anniversary"})
+# A day of someone's: "Mira's birthday", "my anniversary", "our wedding"; not a feast named so
+# ("Mother's Day", "New Year's Eve"), which the calendar gives.
+_SOMEONES = re.compile(r"\b(?:my|our)\b|\w['’]s\b(?!\s+(?:day|eve)\b)", re.I)
 # A birthday told without the word: "Mira turns 7 on January 14.", "Leo was born on 2 May 2020."
 _BORN = re.compile(r"\b(?:turns|turning|will turn) \d+\b|\bborn\b")
 _MONTH = (
@@ -169,15 +172,12 @@ def _date_in_memories(
     sister's). A yearly day ("birthday", "anniversary") is counted to or from its nearest
     occurrence whatever year the memory gives; a birthday may be told as a day someone turns an
     age or was born (`_BORN`)."""
-    text = _plain(target)
-    words = set(_WORD.findall(text)) - _NOT_NAMING
-    owned = [f"the user's {thing}" for thing in _MY.findall(text)]
-    yearly = bool(words & _YEARLY)
+    naming = _Naming.of(target)
+    yearly = bool(naming.words & _YEARLY)
     found = set()
     for memory in memories:
         said = _plain(memory)
-        said_words = set(_WORD.findall(said)) | ({"birthday"} if _BORN.search(said) else set())
-        if not words <= said_words or not all(o in said for o in owned):
+        if not naming.in_memory(said):
             continue
         dates = _DATE_IN_TEXT.findall(said)
         if len(dates) != 1:
@@ -188,6 +188,50 @@ def _date_in_memories(
             return None
         found.add(day)
     return found.pop() if len(found) == 1 else None
+
+
+def someones_day(question: SpanQuestion, today: date) -> bool:
+    """Whether `question` counts to or from a day of someone's that no calendar gives ("Mira's
+    birthday", "my anniversary"): only the user can tell it. Not a day told by "her" or "it",
+    whom the chat before says. Loads dateparser's data on first use: call it off the event
+    loop."""
+    target = question.target
+    if not _SOMEONES.search(target) or _DATE_IN_TEXT.search(_plain(target)):
+        return False  # no one's, or a date given with it ("my birthday on 12 May")
+    return _read_date(target, today, question.ahead) is None
+
+
+def told_of(question: SpanQuestion, memories: Sequence[str], messages: Sequence[str]) -> bool:
+    """Whether one of `memories` ("The user's daughter Mira turns 7.") or `messages` (the chat's
+    before this one: "My daughter Mira turns 7 on January 14.") speaks of the day `question`
+    counts to, with a date or not."""
+    naming = _Naming.of(question.target)
+    return any(naming.in_memory(_plain(m)) for m in memories) or any(
+        naming.words <= _words_in(_plain(m)) for m in messages
+    )
+
+
+@dataclass(frozen=True)
+class _Naming:
+    """What names a day: its words ("sister", "birthday"), and "my X" as "the user's X" in a
+    memory (so "my birthday" is not the sister's)."""
+
+    words: frozenset[str]
+    owned: tuple[str, ...]
+
+    @classmethod
+    def of(cls, target: str) -> _Naming:
+        text = _plain(target)
+        words = frozenset(_WORD.findall(text)) - _NOT_NAMING
+        return cls(words, tuple(f"the user's {thing}" for thing in _MY.findall(text)))
+
+    def in_memory(self, said: str) -> bool:
+        return self.words <= _words_in(said) and all(o in said for o in self.owned)
+
+
+def _words_in(said: str) -> set[str]:
+    """The words of `said`, with "birthday" for a birthday told without the word (`_BORN`)."""
+    return set(_WORD.findall(said)) | ({"birthday"} if _BORN.search(said) else set())
 
 
 def _plain(text: str) -> str:

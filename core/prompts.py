@@ -116,6 +116,7 @@ def user_turn(
     documents: list[tuple[int, str, list[str]]] | None = None,
     links_unread: bool = False,
     calculation: str | None = None,
+    unknown_day: str | None = None,
 ) -> str:
     """The new message as the model sees it (the saved message is exactly what the user typed),
     after the memories recalled for it and the passages of the user's documents found for it
@@ -123,12 +124,16 @@ def user_turn(
     rather than in the instructions, so the prompt's prefix (instructions, summary, history)
     stays the same from turn to turn and the model's prompt cache keeps it. `links_unread`: the
     message has links this server does not read. `calculation`: the sum the message asks for,
-    worked out by the calculator ("17.5/100*2340 = 409.5"), for a model that cannot call it."""
+    worked out by the calculator ("17.5/100*2340 = 409.5"), for a model that cannot call it.
+    `unknown_day`: the day of someone's the message counts to that nothing the model has gives
+    ("Mira's birthday")."""
     turn = f"{text}\n\n<note>{WEB_NOTE}</note>" if use_web else text
     if links_unread:
         turn = f"{turn}\n\n<note>{LINKS_UNREAD_NOTE}</note>"
     if calculation:
         turn = f"{turn}\n\n<note>{CALCULATION_NOTE.format(untrusted(calculation))}</note>"
+    if unknown_day:
+        turn = f"{turn}\n\n<note>{UNKNOWN_DAY_NOTE.format(untrusted(unknown_day))}</note>"
     if documents:
         turn = f"{turn}\n\n<note>{DOCUMENTS_NOTE}</note>"
     parts = []
@@ -388,6 +393,14 @@ ARITHMETIC_EXAMPLES = [
 # model thanked the user "for providing the result" (3 of 3 sums) and once left the number out.
 # Without "do not redo the arithmetic" it worked a tax sum out again step by step, wrongly; asked
 # to say how the result was found, it made up how (7 sums of a keyless trial: 7 right this way).
+# A count of days to someone's day ("How many days until Mira's birthday?") that no memory and
+# no earlier message gives: the local model made one up ("There are 10 days until Mira's
+# birthday.").
+UNKNOWN_DAY_NOTE = (
+    "Neither the user's memories nor this chat say when {} is. Say you don't know that date and"
+    " ask the user for it; do not guess a date or a number of days."
+)
+
 CALCULATION_NOTE = (
     "The answer, worked out exactly by the calculator: {}. Answer with this result in a sentence"
     " or two; do not redo the arithmetic."

@@ -28,7 +28,12 @@ def without_tools(services: Services) -> Services:
 
 
 async def run(services: Services, text: str) -> list[dict[str, Any]]:
-    turn = await start_turn(services, None, text, use_web=False, user_id=LOCAL_USER_ID)
+    return await run_in(services, None, text)
+
+
+async def run_in(services: Services, chat: uuid.UUID | None, text: str) -> list[dict[str, Any]]:
+    """`text` sent in `chat` (None: a new one), the turn's events."""
+    turn = await start_turn(services, chat, text, use_web=False, user_id=LOCAL_USER_ID)
     events = [event async for event in stream_turn(turn)]
     assert events[-1]["type"] == "done"
     return events
@@ -164,6 +169,25 @@ async def test_a_unit_conversion_is_computed_from_the_units_read_by_code(
     worked_out = "26.2 * 1.609344 = 42.1648128 kilometres"
     assert worked_out in model.calls[0]["messages"][-1]["content"]
     assert f"Calculating {worked_out}" in [e["text"] for e in events if e["type"] == "step"]
+
+
+async def test_days_until_a_day_never_told_are_not_guessed(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial: with only the user's name remembered, "How many days until Mira's
+    birthday?" got "There are 10 days until Mira's birthday." The model is told that no memory or
+    message gives that day, and to ask for it; a day said earlier in the chat gets no such note,
+    nor does a date it can read."""
+    model.push({"text": "When is Mira's birthday?"}, {"text": "Noted!"}, {"text": "38 days."})
+    services = without_tools(chat_services)
+    first = await run(services, "How many days until Mira's birthday?")
+    said = model.calls[0]["messages"][-1]["content"]
+    assert "do not guess" in said and "Mira's birthday" in said
+    assert not [e for e in first if e["type"] == "step" and e["text"].startswith("Calculating")]
+    chat = chat_id(first)
+    await run_in(services, chat, "My daughter Mira turns 7 on January 14.")
+    await run_in(services, chat, "So how many days until Mira's birthday?")
+    assert "do not guess" not in model.calls[2]["messages"][-1]["content"]
 
 
 async def test_days_until_a_day_told_before_are_counted_from_its_memory(

@@ -8,7 +8,7 @@ from datetime import date
 import pytest
 
 from core.calculator import evaluate
-from core.date_spans import in_weeks, span_expression, span_question
+from core.date_spans import in_weeks, someones_day, span_expression, span_question, told_of
 
 SEVENTH_OF_DECEMBER = date(2026, 12, 7)
 
@@ -133,3 +133,40 @@ def test_no_one_memory_with_one_date_gives_no_expression(
     message: str, memories: tuple[str, ...]
 ) -> None:
     assert days(message, memories=memories) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "someones"),
+    [
+        ("How many days until Mira's birthday?", True),
+        ("How long until my birthday?", True),
+        ("How many days since our wedding?", True),
+        ("How many days until Mother's Day?", False),  # the calendar's
+        ("How many days until New Year's Eve?", False),
+        ("How many days until her birthday?", False),  # the chat says whose
+        ("How many days until Christmas?", False),
+        ("How many days until my birthday on 12 May?", False),  # a date it reads
+    ],
+)
+def test_a_day_of_someones_is_one_only_the_user_can_tell(message: str, someones: bool) -> None:
+    question = span_question(message)
+    assert question is not None and someones_day(question, SEVENTH_OF_DECEMBER) is someones
+
+
+@pytest.mark.parametrize(
+    ("message", "memories", "messages", "told"),
+    [
+        ("How many days until Mira's birthday?", MEMORIES, (), True),  # turns 7 on 14 January
+        ("How many days until Mira's birthday?", (), ("My daughter Mira turns 7 in May.",), True),
+        ("How many days until Mira's birthday?", (), ("When is Mira's birthday?",), True),
+        ("How many days until Jo's birthday?", MEMORIES, ("My daughter Mira turns 7.",), False),
+        # Only the sister's is known: not the user's own.
+        ("How long until my birthday?", MEMORIES[1:2], (), False),
+        ("How long until my birthday?", MEMORIES[2:3], (), True),
+    ],
+)
+def test_a_day_is_told_of_by_a_memory_or_a_message_that_names_it(
+    message: str, memories: tuple[str, ...], messages: tuple[str, ...], told: bool
+) -> None:
+    question = span_question(message)
+    assert question is not None and told_of(question, memories, messages) is told
