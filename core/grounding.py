@@ -345,8 +345,39 @@ def stated_numbers(text: str) -> set[str]:
 def states_its_numbers(fact: str, quote: str) -> bool:
     """Whether every number of the fact is one its quote states. Small models fill in numbers
     ("How many children do I have?" became "The user has two children."). Not checked: one
-    (the user's "a sister" is "one sister"), and dates and years, which extraction works out
-    from the chat's date ("yesterday" is "on 7 May 2023")."""
+    (the user's "a sister" is "one sister"), and years, which extraction works out from the
+    chat's date ("last year" is "in 2025"). A day of a month in the fact must be one the quote
+    gives, unless the quote tells a time from which it is worked out ("yesterday" is "on 7 May
+    2023"): from "My son Dev just turned 10." the local model wrote "… turns 10 on 25 July."."""
     stated = stated_numbers(_DATE.sub(" ", fact))
     wanted = {n for n in stated if n != "1" and not _YEAR.fullmatch(n)}
-    return wanted <= stated_numbers(quote)
+    if not wanted <= stated_numbers(quote):
+        return False
+    return _days_in(fact) <= _days_in(quote) or bool(_TIME_FROM_TODAY.search(quote))
+
+
+# What a date can be worked out from: a time relative to the chat's own date.
+_TIME_FROM_TODAY = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|this|coming|weekend|monday|tuesday"
+    r"|wednesday|thursday|friday|saturday|sunday|in (?:a|an|\w+) (?:days?|weeks?|months?))\b",
+    re.IGNORECASE,
+)
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+
+
+def _days_in(text: str) -> set[tuple[int, str]]:
+    """The days of a month `text` names, as (day, month): "14 January", "Jan 14th", "2023-01-14"
+    alike."""
+    days = set()
+    for found in _DATE.finditer(text):
+        written = found.group(0).lower()
+        if iso := re.fullmatch(r"\d{4}-(\d{2})-(\d{2})", written):
+            month, day = int(iso[1]), int(iso[2])
+            if 1 <= month <= 12:
+                days.add((day, _MONTHS[month - 1]))
+            continue
+        day_number = re.search(r"\d{1,2}", written)
+        month_name = re.search(r"[a-z]{3}", re.sub(r"\d+(?:st|nd|rd|th)?|\bof\b", " ", written))
+        if day_number and month_name:
+            days.add((int(day_number[0]), month_name[0]))
+    return days

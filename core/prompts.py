@@ -395,10 +395,10 @@ ARITHMETIC_EXAMPLES = [
 # to say how the result was found, it made up how (7 sums of a keyless trial: 7 right this way).
 # A count of days to someone's day ("How many days until Mira's birthday?") that no memory and
 # no earlier message gives: the local model made one up ("There are 10 days until Mira's
-# birthday.").
+# birthday."). Told to "ask the user for it", it wrote "you can ask the user for it directly".
 UNKNOWN_DAY_NOTE = (
     "Neither the user's memories nor this chat say when {} is. Say you don't know that date and"
-    " ask the user for it; do not guess a date or a number of days."
+    " ask for it; do not guess a date or a number of days."
 )
 
 CALCULATION_NOTE = (

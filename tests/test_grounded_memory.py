@@ -206,6 +206,15 @@ def test_a_fact_states_only_the_numbers_its_quote_states() -> None:
     assert not states_its_numbers("The user has 3 marbles.", "I have marbles")
     assert states_its_numbers("The user's flat is 1,200 square feet.", "My flat is 1200 sq ft")
     assert states_its_numbers("The user has one sister.", "I have a sister")  # "one" is "a"
+    # A day of a month the user did not give, nor a time to work it out from: the model's.
+    assert not states_its_numbers(
+        "The user's son Dev turns 10 on 25 July.", "My son just turned 10"
+    )
+    assert not states_its_numbers("The user's sister's birthday is 3 March.", "Hers is on March 4")
+    assert states_its_numbers(
+        "The user's daughter turns 7 on 14 January.", "She turns 7 on Jan 14th"
+    )
+    assert states_its_numbers("The user flies on 14 December 2026.", "I fly next Monday")
 
 
 def test_a_question_tells_only_what_it_holds() -> None:
