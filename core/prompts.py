@@ -213,8 +213,12 @@ precise, use "update" with its number.
 # refused) from "I'm Marco, I work as a nurse on night shifts, so please keep replies short."
 # The son's birthday: without it "My daughter Lily just turned 5." kept nothing, and after "Hi,
 # I'm Priya." the date of "My daughter Mira turns 7 on January 14" was lost (10 statements about
-# family and their dates, /tmp/s/family.py in the stop note: 9 with a memory → 10, every date
-# kept); written "is 4" it taught the model to drop the date ("The user's daughter Mira is 7.").
+# family and their dates: 9 with a memory → 10, every date kept); written "is 4" it taught the
+# model to drop the date ("The user's daughter Mira is 7."). It also keeps known facts from
+# silencing new ones: 36 messages (memory-statements' statements and 7 about family) with known
+# facts shown, one or more added: with only the user's name known 34 → 36; with the name and a
+# daughter's birthday 13 → 32; with a home, a job and a dog 27 → 36. With a daughter's birthday
+# known in the example too, 29 of 36.
 # `python -m evals memory-statements`: see evals/RESULTS.md. They never change, so the local
 # model's prompt cache keeps them.
 MEMORY_EXTRACTION_EXAMPLES = [
