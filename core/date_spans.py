@@ -7,11 +7,12 @@ So the date is read here and the expression written from it: `span_question` fin
 ("how many days/weeks until/till/to/before/since …", "how long until …", "how long ago was …"),
 `span_expression` reads the date (a holiday from `_HOLIDAYS`, otherwise dateparser in English with
 the day and month required) at its nearest ahead of today for "until", behind it for "since",
-and gives the calculator's `date(…) - date(…)` (asked in weeks, the days are told in weeks too,
-`in_weeks`). A day the user told of
-before ("How many days until my sister's birthday?") is read from the one recalled memory that
-names it. A date it cannot read, a numeric date that reads two ways ("3/4"), or one on the wrong
-side of today gives None: the question is then left as it was. English only.
+and gives the calculator's `date(…) - date(…)` (asked in weeks, the days are told in weeks too:
+`in_weeks`). A day the user told of before ("How many days until my sister's birthday?") is read
+from the one recalled memory that names it; a day of someone's that nothing told of is found
+too (`someones_day`, `told_of`), so the model can be told it is not known. A date it cannot
+read, a numeric date that reads two ways ("3/4"), or one on the wrong side of today gives None:
+the question is then left as it was. English only.
 """
 
 from __future__ import annotations

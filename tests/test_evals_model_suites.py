@@ -720,7 +720,7 @@ async def test_arithmetic_counts_exact_results_with_the_calculator_and_without(
             return {"text": json.dumps({"expression": written})}
         if model_name != "chat":
             return {"text": "A title"}
-        worked = re.search(r"by the calculator: .* = ([\d,.]+)\.", said)
+        worked = re.search(r"by the calculator: .* = ([\d,.]*\d)", said)  # "= 18 days."
         return {"text": f"It is {worked.group(1)}." if worked else "I cannot say."}
 
     model.responder = answer
@@ -730,12 +730,13 @@ async def test_arithmetic_counts_exact_results_with_the_calculator_and_without(
     results = json.loads((tmp_path / "results" / "arithmetic.json").read_text())["results"]
     first, alone = results["by_arm"]["calculator first"], results["by_arm"]["model alone"]
     # The 17.5% question, the four written out as sums ("What's 1,234 × 5,678?", "Calculate
-    # 2^20") and the two spans from today ("How many days until Christmas?").
-    assert (first["right"], first["calculated"]) == (7, 7)
+    # 2^20"), the two spans from today ("How many days until Christmas?") and the two unit
+    # conversions ("How many kilometres is 26.2 miles?").
+    assert (first["right"], first["calculated"]) == (9, 9)
     assert (alone["right"], alone["calculated"]) == (0, 0)
     assert first["questions"] == alone["questions"] == len(arithmetic.QUESTIONS)
     dana = results["other_messages"]["LoCoMo evidence turns"]
-    assert dana == {"messages": 5, "asked": 0, "written_out": 0, "from_today": 0}
+    assert dana == {"messages": 5, "asked": 0, "written_out": 0, "from_today": 0, "converted": 0}
     assert "Sums asked as a new chat's first message" in (tmp_path / "RESULTS.md").read_text()
 
 
