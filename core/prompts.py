@@ -397,17 +397,17 @@ ARITHMETIC_EXAMPLES = [
 # model thanked the user "for providing the result" (3 of 3 sums) and once left the number out.
 # Without "do not redo the arithmetic" it worked a tax sum out again step by step, wrongly; asked
 # to say how the result was found, it made up how (7 sums of a keyless trial: 7 right this way).
+CALCULATION_NOTE = (
+    "The answer, worked out exactly by the calculator: {}. Answer with this result in a sentence"
+    " or two; do not redo the arithmetic."
+)
+
 # A count of days to someone's day ("How many days until Mira's birthday?") that no memory and
 # no earlier message gives: the local model made one up ("There are 10 days until Mira's
 # birthday."). Told to "ask the user for it", it wrote "you can ask the user for it directly".
 UNKNOWN_DAY_NOTE = (
     "Neither the user's memories nor this chat say when {} is. Say you don't know that date and"
     " ask for it; do not guess a date or a number of days."
-)
-
-CALCULATION_NOTE = (
-    "The answer, worked out exactly by the calculator: {}. Answer with this result in a sentence"
-    " or two; do not redo the arithmetic."
 )
 
 ARITHMETIC_SCHEMA = {
