@@ -35,6 +35,7 @@ from core.calculator import CalculatorError, Number, evaluate, format_number
 from core.clock import now_in
 from core.date_spans import (
     SpanQuestion,
+    day_question,
     in_weeks,
     someones_day,
     span_expression,
@@ -167,11 +168,14 @@ async def span_from_memories(
 async def day_not_known(
     turn: TurnContext, message: str, memories: list[str], earlier: list[str]
 ) -> str | None:
-    """The day `message` counts to or from when it is someone's ("Mira's birthday") and neither
-    a recalled memory nor an earlier message of the chat (`earlier`) speaks of it; None
-    otherwise. Asked so, the local model made the count up ("There are 10 days until Mira's
-    birthday.")."""
-    if not _calculator_first(turn) or not (span := span_question(message)):
+    """The day `message` counts to or from, or asks the date of, when it is someone's ("Mira's
+    birthday") and neither a recalled memory nor an earlier message of the chat (`earlier`)
+    speaks of it; None otherwise. Asked so, the local model made the count up ("There are 10
+    days until Mira's birthday.") and the date ("When is my daughter's birthday?": "December
+    15th")."""
+    if not _calculator_first(turn):
+        return None
+    if not (span := span_question(message) or day_question(message)):
         return None
     today = now_in(turn.time_zone).now.date()
     if told_of(span, memories, earlier) or not await asyncio.to_thread(someones_day, span, today):

@@ -10,7 +10,8 @@ the day and month required) at its nearest ahead of today for "until", behind it
 and gives the calculator's `date(…) - date(…)` (asked in weeks, the days are told in weeks too:
 `in_weeks`). A day the user told of before ("How many days until my sister's birthday?") is read
 from the one recalled memory that names it; a day of someone's that nothing told of is found
-too (`someones_day`, `told_of`), so the model can be told it is not known. A date it cannot
+too (`someones_day`, `told_of`), counted to or asked for ("When is my daughter's birthday?",
+`day_question`), so the model can be told it is not known. A date it cannot
 read, a numeric date that reads two ways ("3/4"), or one on the wrong side of today gives None:
 the question is then left as it was. English only.
 """
@@ -59,6 +60,12 @@ _SINCE = re.compile(
 )
 _AGO = re.compile(
     r"\bhow (?:many (?P<unit>days|weeks)|long) ago (?:was|is|were)\s+(?P<target>[^.!?\n]+)",
+    re.IGNORECASE,
+)
+# "When is my daughter's birthday?", "What's the date of our anniversary?": the day itself asked.
+_WHEN = re.compile(
+    r"\b(?:when(?:'s|’s|\s+is|\s+was)|what(?:'s|’s|\s+is)(?:\s+the date of)?"
+    r"|what date is|do you (?:know|remember))\s+(?P<target>[^.!?\n]+)",
     re.IGNORECASE,
 )
 # What may follow the date and is not part of it: "from now", ", roughly", "is it".
@@ -114,6 +121,18 @@ def span_question(message: str) -> SpanQuestion | None:
     target = _AFTER_DATE.sub("", match["target"]).strip(" ,;:")
     weeks = (match["unit"] or "").lower() == "weeks"
     return SpanQuestion(target, ahead, weeks) if target else None
+
+
+def day_question(message: str) -> SpanQuestion | None:
+    """The yearly day `message` asks the date of ("When is my daughter's birthday?"), if it
+    asks for one; whose it is, and whether anything told it, is for `someones_day` and
+    `told_of`."""
+    if not (match := _WHEN.search(message)):
+        return None
+    target = _AFTER_DATE.sub("", match["target"]).strip(" ,;:")
+    if not _YEARLY & set(_WORD.findall(target.lower())):
+        return None
+    return SpanQuestion(target, ahead=True, weeks=False)
 
 
 def span_expression(

@@ -190,6 +190,22 @@ async def test_days_until_a_day_never_told_are_not_guessed(
     assert "do not guess" not in model.calls[2]["messages"][-1]["content"]
 
 
+async def test_when_a_day_never_told_is_asked_it_is_not_guessed(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial, nothing remembered: "When is my daughter's birthday?" got
+    "December 15th". The model is told that nothing gives that day; once the chat says it, not."""
+    model.push({"text": "I don't know, when is it?"}, {"text": "Noted!"}, {"text": "14 January."})
+    services = without_tools(chat_services)
+    first = await run(services, "When is my daughter's birthday?")
+    said = model.calls[0]["messages"][-1]["content"]
+    assert "do not guess" in said and "my daughter's birthday" in said
+    chat = chat_id(first)
+    await run_in(services, chat, "My daughter Mira turns 7 on January 14.")
+    await run_in(services, chat, "Remind me, when is my daughter's birthday?")
+    assert "do not guess" not in model.calls[2]["messages"][-1]["content"]
+
+
 async def test_days_until_a_day_told_before_are_counted_from_its_memory(
     chat_services: Services, model: ScriptedProvider
 ) -> None:

@@ -8,7 +8,14 @@ from datetime import date
 import pytest
 
 from core.calculator import evaluate
-from core.date_spans import in_weeks, someones_day, span_expression, span_question, told_of
+from core.date_spans import (
+    day_question,
+    in_weeks,
+    someones_day,
+    span_expression,
+    span_question,
+    told_of,
+)
 
 SEVENTH_OF_DECEMBER = date(2026, 12, 7)
 
@@ -170,3 +177,31 @@ def test_a_day_is_told_of_by_a_memory_or_a_message_that_names_it(
 ) -> None:
     question = span_question(message)
     assert question is not None and told_of(question, memories, messages) is told
+
+
+@pytest.mark.parametrize(
+    ("message", "target"),
+    [
+        # Seen keyless with nothing remembered: "When is my daughter's birthday?" got "December
+        # 15th".
+        ("When is my daughter's birthday?", "my daughter's birthday"),
+        ("when's Mira's birthday", "Mira's birthday"),
+        ("What's the date of our anniversary?", "our anniversary"),
+        ("What date is my wedding anniversary?", "my wedding anniversary"),
+        ("Do you remember my sister's birthday?", "my sister's birthday"),
+        ("What is my birthday?", "my birthday"),
+        # Not a day only the user can tell, or not asked when it is.
+        ("When is Christmas?", None),
+        ("When is Mother's Day?", None),
+        ("When is the best time to plant my tomatoes?", None),
+        ("What's my name?", None),
+        ("Write a poem for my daughter's birthday.", None),
+        ("When is my birthday on 12 May?", None),
+    ],
+)
+def test_a_question_asking_when_someones_day_is_names_that_day(
+    message: str, target: str | None
+) -> None:
+    question = day_question(message)
+    asked = question.target if question and someones_day(question, SEVENTH_OF_DECEMBER) else None
+    assert asked == target
