@@ -211,14 +211,15 @@ precise, use "update" with its number.
 # it kept nothing from "Keep your answers brief from now on, I read them on my phone." or "I work
 # nights, so reply briefly.", and wrote "Please keep replies short." (not about the user, so
 # refused) from "I'm Marco, I work as a nurse on night shifts, so please keep replies short."
-# The son's birthday: without it "My daughter Lily just turned 5." kept nothing, and after "Hi,
-# I'm Priya." the date of "My daughter Mira turns 7 on January 14" was lost (10 statements about
-# family and their dates: 9 with a memory → 10, every date kept); written "is 4" it taught the
-# model to drop the date ("The user's daughter Mira is 7."). It also keeps known facts from
-# silencing new ones: 36 messages (memory-statements' statements and 7 about family) with known
-# facts shown, one or more added: with only the user's name known 34 → 36; with the name and a
-# daughter's birthday 13 → 32; with a home, a job and a dog 27 → 36. With a daughter's birthday
-# known in the example too, 29 of 36.
+# The mum's birthday: a relative's facts, with their dates, are the user's. Measured on messages
+# about family, each alone with nothing known (14, and 14 about a son), and on 36 (memory-
+# statements' statements and 7 about family) with known facts shown as the app shows them (those
+# at least RELEVANCE_FLOOR alike): a name known, a daughter's birthday too, or a home, a job and a
+# dog. Messages with a fact, without a family example: 14, 14, 36, 28, 36, but "My mum turns 70
+# next Saturday." lost its day and "Hi, I'm Priya. My daughter Mira turns 7 …" gave "Priya has a
+# daughter named Mira."; with this one: 14, 14, 36, 28, 35, the day kept and every fact "The
+# user's …". An example of a son who "turns 4 on 3 May" made near-copies look told already ("My
+# son Tom turns 5 on 2 February." kept nothing): 12, 6, 34, 29, 34; a grandson's: son 9.
 # `python -m evals memory-statements`: see evals/RESULTS.md. They never change, so the local
 # model's prompt cache keeps them.
 MEMORY_EXTRACTION_EXAMPLES = [
@@ -249,10 +250,11 @@ MEMORY_EXTRACTION_EXAMPLES = [
     ),
     (
         "M1: The user's name is Sam.",
-        "Here are some party games for kids.",
-        "[1] My son Leo turns 4 on 3 May, so nothing too scary.",
+        "Here are some gift ideas.",
+        "[1] It's for my mum, her birthday is on 12 June and she loves roses.",
         {"operations": [
-            {"op": "add", "fact": "The user's son Leo turns 4 on 3 May.", "sentences": [1]},
+            {"op": "add", "fact": "The user's mum's birthday is on 12 June.", "sentences": [1]},
+            {"op": "add", "fact": "The user's mum loves roses.", "sentences": [1]},
         ]},
     ),
     (
