@@ -1,9 +1,11 @@
 """Memory extraction: after a reply, the `memory` model reads the user's message for lasting facts.
 
 One call per user message, never on the reply's path (core/memory_jobs.py queues it, the worker in
-chat/memory_worker.py runs it). The model sees the message as numbered sentences, the assistant's
-reply before it (context only) and the ~10 closest current memories, and answers with JSON
-operations constrained to `MEMORY_OPERATIONS_SCHEMA`:
+chat/memory_worker.py runs it); a second one, without the known facts, when a statement about the
+user gave no fact with them shown (they made the local model take new facts as told already). The
+model sees the message as numbered sentences, the assistant's reply before it (context only) and
+the ~10 closest current memories, and answers with JSON operations constrained to
+`MEMORY_OPERATIONS_SCHEMA`:
 
 - `add`: a new fact, citing the sentences that state it;
 - `update`: the same fact made more precise (the memory keeps its id, its evidence moves here);
@@ -46,6 +48,7 @@ from core.grounding import (
     sentence_span,
     shares_a_word,
     split_sentences,
+    statements_of_themselves,
     told_by,
     told_of_us,
 )
@@ -145,23 +148,14 @@ async def _extract(
     known = await retrieve_memories(
         pool, services.embedder, text, user_id=message["user_id"], limit=KNOWN_MEMORIES
     )
-    response = await services.router.acompletion(
-        model="memory",
-        messages=memory_extraction_request(
-            numbered_sentences(text), message["previous_reply"], [m.content for m in known],
-            message["sent_at"],
-        ),
-        response_format=RESPONSE_FORMAT,
-        max_tokens=MAX_OUTPUT_TOKENS,
-        temperature=0,
-        metadata=tracing.trace_metadata(
-            str(message_id), str(message["chat_id"]), "memory extraction call",
-            user_id=str(message["user_id"]),
-        ),
-    )  # fmt: skip
-    answer = response.choices[0].message.content or ""
     try:
-        operations = parse_operations(answer)
+        operations = await _operations(services, message_id, message, [m.content for m in known])
+        # Known facts silence new ones: with "The user's daughter Mira turns 7 on January 14."
+        # known, the local model gave nothing for "My son Tom turns 5 on 2 February." and 6 more
+        # new facts about family of 36 statements (16 of 17 new facts with this second reading).
+        # A fact it repeats is the store's duplicate, a change is found as for any new fact.
+        if not operations and known and statements_of_themselves(text):
+            operations = await _operations(services, message_id, message, [])
     except BadOutput as error:
         log.warning("Memory: extraction output unusable, nothing saved (%s)", error)
         result.refused.append(f"bad output: {error}")
@@ -178,6 +172,28 @@ async def _extract(
     operations.sort(key=lambda op: users_name(str(op.get("fact"))) is None)
     for operation in operations:
         await _apply(services, message, operation, known, result, forgotten)
+
+
+async def _operations(
+    services: Services, message_id: uuid.UUID, message: dict[str, Any], known: list[str]
+) -> list[dict[str, Any]]:
+    """The extraction model's operations for `message`, shown `known` facts; BadOutput if its
+    answer is unusable."""
+    response = await services.router.acompletion(
+        model="memory",
+        messages=memory_extraction_request(
+            numbered_sentences(message["content"]), message["previous_reply"], known,
+            message["sent_at"],
+        ),
+        response_format=RESPONSE_FORMAT,
+        max_tokens=MAX_OUTPUT_TOKENS,
+        temperature=0,
+        metadata=tracing.trace_metadata(
+            str(message_id), str(message["chat_id"]), "memory extraction call",
+            user_id=str(message["user_id"]),
+        ),
+    )  # fmt: skip
+    return parse_operations(response.choices[0].message.content or "")
 
 
 async def _apply(

@@ -7,11 +7,15 @@ A user tells an assistant about themselves in passing, often in one sentence and
 answer to its reply: "I don't eat meat, by the way." after a chicken recipe. Each message below is
 a new chat's user message, after the assistant reply it answers when it has one, and runs through
 the real extraction (chat/memory_extraction.py: the configured `memory` model, the local model
-without keys, and the store's checks), with nothing remembered before it. Counted per group: the
-messages from which at least one memory was saved (the store's checks passed), and the facts.
+without keys, and the store's checks), with nothing remembered before it unless said. Counted per
+group: the messages from which at least one memory was saved (the store's checks passed), and the
+facts.
 
 - `STATEMENTS`: one-sentence statements about the user of the kinds a ChatGPT user makes (diet,
   dislikes, health, habits, what they can't do), half of them after a reply;
+- `FAMILY`: the user's family, their days and ages ("My son Tom turns 5 on 2 February.");
+- both again with a daughter's birthday and the user's name remembered (`KNOWN_BEFORE`): a fact
+  known made the local model take new ones like it as told already;
 - `REQUESTS`: questions and requests, some on the same subjects ("What are good exercises for bad
   knees?") or with the user in them ("Could you help me plan a trip I can afford?"): a memory
   saved from one is a fact the user never stated;
@@ -28,7 +32,7 @@ from typing import Any
 
 from chat.memory_extraction import extract_memories
 from chat.warm_up import warm_local_model
-from core import chat_store
+from core import chat_store, memory_store
 from core.services import Services
 from evals.chat_replies import statements
 from evals.datasets import LOCOMO_FILE
@@ -72,6 +76,23 @@ STATEMENTS: list[tuple[str | None, str]] = [
     (None, "I'm scared of dogs."),
     ("Here's a summary.", "Keep answers brief from now on, I read them on my phone."),
 ]
+# The user's family, their days and ages: kept as the user's facts ("The user's son Tom turns 5 on
+# 2 February."), with the day.
+FAMILY: list[tuple[str | None, str]] = [
+    (None, "My son Tom turns 5 on 2 February."),
+    ("Here are some party ideas.", "It's for my son Jack, he turns 8 on 20 October."),
+    (None, "My daughter Amy turns 3 on 5 June."),
+    (None, "My son is 8."),
+    (None, "My sister Ana's birthday is March 3."),
+    (None, "My husband Raj was born on 12 August 1985."),
+    (None, "Our dog Biscuit is 3 years old."),
+    ("Here are some gift ideas.", "My mum turns 70 next Saturday."),
+    (None, "My wedding anniversary is on 20 June."),
+    (None, "My brother lives in Toronto."),
+]
+# Known before the statements are read again: shown to the local model, a daughter's birthday made
+# it take new facts about family as told already.
+KNOWN_BEFORE = ("The user's name is Priya.", "The user's daughter Mira turns 7 on January 14.")
 REQUESTS: list[tuple[str | None, str]] = [
     (None, "How do I boil an egg?"),
     ("Here is a short poem.", "Can you make it shorter?"),
@@ -93,11 +114,16 @@ REQUESTS: list[tuple[str | None, str]] = [
 ]
 
 
-async def extract_one(services: Services, before: str | None, text: str) -> dict[str, Any]:
+async def extract_one(
+    services: Services, before: str | None, text: str, known: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """`text` as a new chat's user message (after `before`, the assistant's), read for memories
-    with nothing remembered."""
+    with only the `known` facts remembered."""
     pool = services.database.pool
     await forget_everything(pool)
+    embedder = services.embedder
+    for fact, vector in zip(known, await embedder.embed_documents(list(known)), strict=True):
+        await memory_store.add_memory(pool, fact, vector, embedder.model_name)
     chat = await chat_store.create_chat(pool, text[:60])
     if before is not None:
         await chat_store.add_message(pool, chat["chat_id"], "assistant", before)
@@ -113,14 +139,15 @@ async def extract_one(services: Services, before: str | None, text: str) -> dict
     }
 
 
-async def evaluate(
-    services: Services, groups: dict[str, list[tuple[str | None, str]]]
-) -> dict[str, Any]:
+Group = tuple[list[tuple[str | None, str]], tuple[str, ...]]  # the messages, what is known
+
+
+async def evaluate(services: Services, groups: dict[str, Group]) -> dict[str, Any]:
     rows: dict[str, list[dict[str, Any]]] = {}
-    for group, messages in groups.items():
+    for group, (messages, known) in groups.items():
         rows[group] = []
         for before, text in messages:
-            row = await extract_one(services, before, text)
+            row = await extract_one(services, before, text, known)
             rows[group].append(row)
             log.info("%s: %r -> %s", group, text, row["saved"] or "nothing")
     return {
@@ -142,7 +169,7 @@ def _tally(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def tables(results: dict[str, Any]) -> list[Table]:
     summary = Table(
-        "Messages read for memories, each alone in a new chat with nothing remembered",
+        "Messages read for memories, each alone in a new chat with nothing else remembered",
         ["messages", "n", "not read (tells nothing of the user)", "with a memory saved",
          "memories", "refused by the store", "p50 s", "p95 s"],
         [
@@ -168,10 +195,13 @@ async def run(args: argparse.Namespace) -> Report:
     limit = args.limit or DEFAULT_LIMIT
     async with scratch_services() as services:
         await warm_local_model(services)
-        groups = {
-            "statements about the user": STATEMENTS,
-            "requests and questions": REQUESTS,
-            "LoCoMo evidence turns": [(None, text) for text in statements(args.data, limit)],
+        groups: dict[str, Group] = {
+            "statements about the user": (STATEMENTS, ()),
+            "statements about family": (FAMILY, ()),
+            "both, with a daughter's birthday known": (STATEMENTS + FAMILY, KNOWN_BEFORE),
+            "requests and questions": (REQUESTS, ()),
+            "requests, with a daughter's birthday known": (REQUESTS, KNOWN_BEFORE),
+            "LoCoMo evidence turns": ([(None, text) for text in statements(args.data, limit)], ()),
         }
         results = await evaluate(services, groups)
         model = services.model_plan.describe("memory")
@@ -183,9 +213,10 @@ async def run(args: argparse.Namespace) -> Report:
         {"memory": model},
         [
             "Each message is read by chat/memory_extraction.extract_memories in a new chat with"
-            " nothing remembered; 'with a memory saved' counts messages from which the store"
-            " accepted at least one fact (grounded in the message, about the user); 'not read'"
-            " those in which no fact could be grounded (core/grounding.may_tell_about_user), so"
-            " the model was not called."
+            " nothing remembered, or only the user's name and their daughter's birthday"
+            f" ({' '.join(KNOWN_BEFORE)}) where a group says so; 'with a memory saved' counts"
+            " messages from which the store accepted at least one fact (grounded in the message,"
+            " about the user); 'not read' those in which no fact could be grounded"
+            " (core/grounding.may_tell_about_user), so the model was not called."
         ],
     )

@@ -837,7 +837,8 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
 
     def memory(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
         message = user_message_of(messages)
-        known.add(messages[-1]["content"].split("<known_facts>\n")[1].split("\n</known")[0])
+        facts = messages[-1]["content"].split("<known_facts>\n")[1].split("\n</known")[0]
+        known.add(facts)
         said = messages[-1]["content"].split("<assistant_said_before>\n")
         befores[message] = said[1].split("\n</assistant_said_before>")[0] if len(said) > 1 else None
         if "don't eat meat" in message:
@@ -849,20 +850,27 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
             ]
         elif "boil an egg" in message:  # a fact about the world: refused by the store
             ops = [{"op": "add", "fact": "Eggs boil in a few minutes.", "sentences": [1]}]
+        elif "My son Tom turns 5" in message and facts == "(none yet)":
+            ops = [{"op": "add", "fact": "The user's son Tom turns 5 on 2 February.",
+                    "sentences": [1]}]  # fmt: skip
         elif "cello" in message:
             ops = [{"op": "add", "fact": "The user is learning the cello.", "sentences": [1]}]
         else:
             ops = []
         return {"text": json.dumps({"operations": ops})}
 
-    model.push_for("memory", *[memory] * 100)
+    model.push_for("memory", *[memory] * 300)
     monkeypatch.setattr(sys, "argv", ["evals", "memory-statements", "--data", str(dana_file)])
     assert await evals_main() == 0
 
     results = json.loads((tmp_path / "results" / "memory-statements.json").read_text())["results"]
-    statements, requests, locomo = results["by_group"].values()
+    statements, family, both, requests, requests_known, locomo = results["by_group"].values()
     every = len(memory_statements.STATEMENTS)
     assert (statements["messages"], statements["with_a_memory"]) == (every, 2)
+    assert (family["messages"], family["with_a_memory"]) == (len(memory_statements.FAMILY), 1)
+    # Read again with the daughter's birthday known: the son's is kept all the same.
+    assert (both["messages"], both["with_a_memory"]) == (every + len(memory_statements.FAMILY), 3)
+    assert (requests_known["with_a_memory"], requests_known["refused"]) == (0, 1)
     # "I have a bad knee so I can't run.": the knee kept, the runner refused (not stated there).
     assert (statements["memories"], statements["refused"]) == (2, 1)
     assert (requests["with_a_memory"], requests["memories"], requests["refused"]) == (0, 0, 1)
@@ -874,7 +882,8 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
     # Each message was read after the reply it answers, and with nothing remembered before it.
     assert befores["[1] I don't eat meat, by the way."] == memory_statements.STATEMENTS[0][0]
     assert befores["[1] I'm vegan, so no dairy please."] is None
-    assert known == {"(none yet)"}
+    assert "(none yet)" in known
+    assert any(f.startswith("M1: ") and "Mira turns 7 on January 14" in f for f in known), known
     markdown = (tmp_path / "RESULTS.md").read_text()
     assert f"| statements about the user | {every} | 0 | 2/{every} (7%) | 2 | 1 |" in markdown
     assert (

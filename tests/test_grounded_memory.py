@@ -1108,6 +1108,36 @@ async def test_a_fact_told_of_someone_the_user_named_as_theirs_is_about_the_user
     assert sum("not a fact about the user" in line for line in lines) == 1, lines
 
 
+async def test_a_known_fact_does_not_silence_a_new_one(
+    client: httpx.AsyncClient, model: ScriptedProvider, chat_services: Services, empty: None
+) -> None:
+    """Measured with the local model: with "The user's daughter Mira turns 7 on January 14."
+    known, "My son Tom turns 5 on 2 February." and 6 more new facts about family gave no fact
+    (read as told already). A statement of the user's that gave none while known facts were
+    shown is read once more without them; a question is not."""
+    model.push({"text": "Noted."}, {"text": "Noted."}, {"text": "Sure."})
+    model.push_for(
+        "memory",
+        ops({"op": "add", "fact": "The user's daughter Mira turns 7 on January 14.",
+             "sentences": [1]}),
+        ops(),
+        ops({"op": "add", "fact": "The user's son Tom turns 5 on 2 February.", "sentences": [1]}),
+        ops(),
+    )  # fmt: skip
+    await send_each(
+        client, chat_services, "My daughter Mira turns 7 on January 14.",
+        "My son Tom turns 5 on 2 February.", "Should I get my son Tom a bike for his birthday?",
+    )  # fmt: skip
+    assert [m["content"] for m in await memories(client)] == [
+        "The user's son Tom turns 5 on 2 February.",
+        "The user's daughter Mira turns 7 on January 14.",
+    ]
+    shown = [call["messages"][-1]["content"] for call in model.own_calls["memory"]]
+    assert len(shown) == 4, shown
+    assert "M1: The user's daughter Mira" in shown[1] and "M1:" not in shown[2]
+    assert "M1: The user's son Tom" in shown[3] or "M2: The user's son Tom" in shown[3]
+
+
 @pytest.mark.parametrize(
     ("said", "facts", "kept"),
     [
