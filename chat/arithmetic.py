@@ -34,7 +34,9 @@ from core import tracing
 from core.calculator import CalculatorError, Number, evaluate, format_number
 from core.clock import now_in
 from core.date_spans import (
+    AskedDay,
     SpanQuestion,
+    day_in_memories,
     day_question,
     in_weeks,
     someones_day,
@@ -165,22 +167,28 @@ async def span_from_memories(
     return await _calculated(turn, expression, started, _in_days(span)) if expression else None
 
 
-async def day_not_known(
+async def asked_day(
     turn: TurnContext, message: str, memories: list[str], earlier: list[str]
-) -> str | None:
-    """The day `message` counts to or from, or asks the date of, when it is someone's ("Mira's
-    birthday") and neither a recalled memory nor an earlier message of the chat (`earlier`)
-    speaks of it; None otherwise. Asked so, the local model made the count up ("There are 10
-    days until Mira's birthday.") and the date ("When is my daughter's birthday?": "December
-    15th")."""
+) -> AskedDay | None:
+    """A day of someone's that `message` asks about, for the model: with its date when the
+    message asks when it is and one recalled memory gives it ("When is my son's birthday?", "The
+    user's son Tom turns 5 on 2 February."); without one when the message counts to it or asks
+    when it is and neither a recalled memory nor an earlier message of the chat (`earlier`)
+    speaks of it; None otherwise. Left to itself, the local model misread the memory ("February
+    5") and made up dates and counts ("There are 10 days until Mira's birthday.")."""
     if not _calculator_first(turn):
         return None
-    if not (span := span_question(message) or day_question(message)):
+    span, asked = span_question(message), day_question(message)
+    if not (question := span or asked):
         return None
     today = now_in(turn.time_zone).now.date()
-    if told_of(span, memories, earlier) or not await asyncio.to_thread(someones_day, span, today):
+    if asked and (day := await asyncio.to_thread(day_in_memories, asked, today, memories)):
+        return AskedDay(asked.target, day)
+    if told_of(question, memories, earlier) or not await asyncio.to_thread(
+        someones_day, question, today
+    ):
         return None
-    return span.target
+    return AskedDay(question.target, None)
 
 
 def _calculator_first(turn: TurnContext) -> bool:

@@ -18,7 +18,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
-from chat.arithmetic import calculation_for, day_not_known, span_from_memories
+from chat.arithmetic import asked_day, calculation_for, span_from_memories
 from chat.document_recall import document_search, recall_documents
 from chat.memory_recall import recall_memories
 from chat.replies import done_event, save_reply
@@ -116,13 +116,13 @@ async def build_prompt(state: ChatState, config: RunnableConfig) -> dict[str, An
     if links_unread:
         step_event(turn, LINKS_UNREAD)
         turn.add_note(LINKS_UNREAD)
-    unknown_day = None
-    if calculation is None and sums_in:  # "How many days until Mira's birthday?", never told
+    day = None
+    if calculation is None and sums_in:  # "When is my son's birthday?", "How long until …"
         said = [m["content"] for m in earlier]
-        unknown_day = await day_not_known(turn, sums_in, recalled.memories, said)
+        day = await asked_day(turn, sums_in, recalled.memories, said)
     question = user_turn(
         state["user_text"], state.get("use_web", False), with_message, documents, links_unread,
-        calculation.worked_out if calculation else None, unknown_day,
+        calculation.worked_out if calculation else None, day,
     )  # fmt: skip
     messages = [
         {"role": "system", "content": system},

@@ -11,9 +11,10 @@ and gives the calculator's `date(…) - date(…)` (asked in weeks, the days are
 `in_weeks`). A day the user told of before ("How many days until my sister's birthday?") is read
 from the one recalled memory that names it; a day of someone's that nothing told of is found
 too (`someones_day`, `told_of`), counted to or asked for ("When is my daughter's birthday?",
-`day_question`), so the model can be told it is not known. A date it cannot
-read, a numeric date that reads two ways ("3/4"), or one on the wrong side of today gives None:
-the question is then left as it was. English only.
+`day_question`), so the model can be told it is not known; asked for and told of, its date is read
+from the memory (`day_in_memories`). A date it cannot read, a numeric date that reads two ways
+("3/4"), or one on the wrong side of today gives None: the question is then left as it was.
+English only.
 """
 
 from __future__ import annotations
@@ -98,6 +99,15 @@ _DATE_IN_TEXT = re.compile(
     rf"\b(?:{_DAY_OF_MONTH} (?:of )?{_MONTH}|{_MONTH} (?:the )?{_DAY_OF_MONTH})(?:,? \d{{4}})?\b"
 )
 _YEAR_IN_DATE = re.compile(r",? \d{4}\Z")
+
+
+@dataclass(frozen=True)
+class AskedDay:
+    """A day of someone's a message asks about ("my son's birthday"), and its date when a memory
+    gives it, at its next occurrence (None: nothing the user told gives it)."""
+
+    target: str
+    day: date | None
 
 
 @dataclass(frozen=True)
@@ -208,6 +218,13 @@ def _date_in_memories(
             return None
         found.add(day)
     return found.pop() if len(found) == 1 else None
+
+
+def day_in_memories(question: SpanQuestion, today: date, memories: Sequence[str]) -> date | None:
+    """The date of the day `question` names, read from the one memory that says it (see
+    `span_expression`); None if none does. Loads dateparser's data on first use: call it off
+    the event loop."""
+    return _date_in_memories(question.target, memories, today, question.ahead)
 
 
 def someones_day(question: SpanQuestion, today: date) -> bool:

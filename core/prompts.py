@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import date, datetime, timedelta
 
+from core.date_spans import AskedDay
 from core.prompt_blocks import block, untrusted
 from core.text_cuts import cut_at_word
 
@@ -116,7 +117,7 @@ def user_turn(
     documents: list[tuple[int, str, list[str]]] | None = None,
     links_unread: bool = False,
     calculation: str | None = None,
-    unknown_day: str | None = None,
+    day: AskedDay | None = None,
 ) -> str:
     """The new message as the model sees it (the saved message is exactly what the user typed),
     after the memories recalled for it and the passages of the user's documents found for it
@@ -125,15 +126,18 @@ def user_turn(
     stays the same from turn to turn and the model's prompt cache keeps it. `links_unread`: the
     message has links this server does not read. `calculation`: the sum the message asks for,
     worked out by the calculator ("17.5/100*2340 = 409.5"), for a model that cannot call it.
-    `unknown_day`: the day of someone's the message counts to that nothing the model has gives
-    ("Mira's birthday")."""
+    `day`: the day of someone's the message asks about ("Mira's birthday"), with its date from a
+    memory, or none when nothing the model has gives it."""
     turn = f"{text}\n\n<note>{WEB_NOTE}</note>" if use_web else text
     if links_unread:
         turn = f"{turn}\n\n<note>{LINKS_UNREAD_NOTE}</note>"
     if calculation:
         turn = f"{turn}\n\n<note>{CALCULATION_NOTE.format(untrusted(calculation))}</note>"
-    if unknown_day:
-        turn = f"{turn}\n\n<note>{UNKNOWN_DAY_NOTE.format(untrusted(unknown_day))}</note>"
+    if day and day.day:
+        on = f"{day.day:%A} {day.day.day} {day.day:%B %Y}"
+        turn = f"{turn}\n\n<note>{KNOWN_DAY_NOTE.format(untrusted(day.target), on)}</note>"
+    elif day:
+        turn = f"{turn}\n\n<note>{UNKNOWN_DAY_NOTE.format(untrusted(day.target))}</note>"
     if documents:
         turn = f"{turn}\n\n<note>{DOCUMENTS_NOTE}</note>"
     parts = []
@@ -410,6 +414,12 @@ CALCULATION_NOTE = (
 UNKNOWN_DAY_NOTE = (
     "Neither the user's memories nor this chat say when {} is. Say you don't know that date and"
     " ask for it; do not guess a date or a number of days."
+)
+
+# The date of someone's day a memory gives ("When is my son's birthday?"), read by code: from
+# "The user's son Tom turns 5 on 2 February." the local model answered "February 5".
+KNOWN_DAY_NOTE = (
+    "From the user's memories, {} is next on {}. Answer with this date; do not change it."
 )
 
 ARITHMETIC_SCHEMA = {

@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import json
 import uuid
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -228,6 +228,30 @@ async def test_days_until_a_day_told_before_are_counted_from_its_memory(
     said = model.calls[0]["messages"][-1]["content"]
     assert worked_out in said and "Ana's birthday is on March 3" in said
     assert f"Calculating {worked_out}" in [e["text"] for e in events if e["type"] == "step"]
+
+
+async def test_the_date_of_a_day_told_before_is_read_from_its_memory(
+    chat_services: Services, model: ScriptedProvider
+) -> None:
+    """Seen in a keyless trial: with "The user's son Tom turns 5 on 2 February." remembered,
+    "When is my son's birthday?" got "Tom's birthday is on February 5." The model is given the
+    date read from the memory, at its next occurrence."""
+    told = "My son Tom turns 5 on 2 February."
+    chat = await chat_store.create_chat(chat_services.database.pool)
+    message = await chat_store.add_message(
+        chat_services.database.pool, chat["chat_id"], "user", told
+    )
+    saved = await memory_store.save_grounded_memory(
+        chat_services.database.pool, chat_services.embedder,
+        "The user's son Tom turns 5 on 2 February.", told, message["message_id"],
+    )  # fmt: skip
+    assert saved.saved
+    days, _ = days_until(2, 2)
+    then = datetime.now(UTC).date() + timedelta(days=days)
+    model.push({"text": "On 2 February."})
+    await run(without_tools(chat_services), "When is my son's birthday?")
+    said = model.calls[0]["messages"][-1]["content"]
+    assert f"{then:%A} {then.day} February {then.year}" in said and "do not guess" not in said
 
 
 async def test_the_jsons_braces_written_into_the_expression_are_left_out(
