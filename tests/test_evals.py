@@ -316,7 +316,7 @@ async def test_memory_qa_replays_the_users_turns(qa_services) -> None:
     # All but her greeting ("Hey Mel! Good to see you! How have you been?") are read for memories:
     # it tells nothing of her.
     read = [t for t in caroline if may_tell_about_user(t.text)]
-    provider.push_for("memory", *[support_group_extraction] * len(read))
+    provider.push_for("memory", *[support_group_extraction] * len(read) * 2)
     results = await memory_qa.evaluate(
         qa_services, [conversation], limit=2, sessions=1, replay_mode="turns"
     )
@@ -326,7 +326,13 @@ async def test_memory_qa_replays_the_users_turns(qa_services) -> None:
     # Melanie's turns were the (scripted) replies: no tool call, one fact extracted.
     assert (session["memories_saved"], session["memories_extracted"]) == (0, 1)
     extraction = provider.own_calls["memory"]
-    assert len(extraction) == len(read) == len(caroline) - 1
+    inputs = [last_text(c["messages"]).split("<user_message>") for c in extraction]
+    said = [message for _, message in inputs]
+    assert len(set(said)) == len(read) == len(caroline) - 1
+    # A statement that gave no fact with the support group's shown is read once more, without.
+    again = [i for i, message in enumerate(said) if message in said[:i]]
+    assert len(extraction) == len(read) + len(again)
+    assert all("(none yet)" in inputs[i][0] and "(none yet)" not in inputs[i - 1][0] for i in again)
     found = next(c for c in extraction if SUPPORT_GROUP in last_text(c["messages"]))
     # Melanie's turn before it, as the reply it answers.
     assert "I'm swamped with the kids & work" in last_text(found["messages"])

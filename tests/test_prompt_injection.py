@@ -612,10 +612,17 @@ async def test_memory_injection_stays_in_its_block(
     assert tool_result["role"] == "tool" and canary in tool_result["content"]
     assert canary not in recall["messages"][0]["content"]
 
-    # One extraction per user message, in the order they were sent (each waited for).
-    extraction = model.own_calls["memory"]
-    assert len(extraction) == 2
-    for call in extraction:
+    # One extraction per user message, in the order they were sent (each waited for); a
+    # statement that gave no fact with the memory shown is read once more without it, and
+    # nothing of the memory is in that second reading.
+    calls = model.own_calls["memory"]
+    said = [c["messages"][-1]["content"].split("<user_message>")[1] for c in calls]
+    extraction = [c for i, c in enumerate(calls) if said[i] not in said[:i]]
+    again = [c for c in calls if c not in extraction]
+    assert len(extraction) == 2 and len(again) <= 2
+    assert all("(none yet)" in c["messages"][-1]["content"] for c in again)
+    assert all(canary not in message["content"] for c in again for message in c["messages"])
+    for call in calls:
         assert tags(call["messages"][0]["content"]) == []
         for example in call["messages"][1:-1]:
             if example["role"] == "user":
