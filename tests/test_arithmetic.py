@@ -53,6 +53,17 @@ def days_until(month: int, day: int) -> tuple[int, str]:
     return days, f"{then:date(%Y,%-m,%-d)} - {today:date(%Y,%-m,%-d)} = {days} days"
 
 
+async def remember(services: Services, said: str, fact: str) -> None:
+    """`fact` stored as a memory of the user's message `said`, in a chat of its own."""
+    pool = services.database.pool
+    chat = await chat_store.create_chat(pool)
+    message = await chat_store.add_message(pool, chat["chat_id"], "user", said)
+    saved = await memory_store.save_grounded_memory(
+        pool, services.embedder, fact, said, message["message_id"]
+    )
+    assert saved.saved
+
+
 def expression(text: str) -> dict[str, str]:
     return {"text": json.dumps({"expression": text})}
 
@@ -211,16 +222,10 @@ async def test_days_until_a_day_told_before_are_counted_from_its_memory(
 ) -> None:
     """Seen in a keyless trial: "My sister Ana's birthday is on March 3." saved as a memory, then
     in a new chat "How many days until my sister's birthday?" got 10 (it was 86)."""
-    told = "My sister Ana's birthday is on March 3."
-    chat = await chat_store.create_chat(chat_services.database.pool)
-    message = await chat_store.add_message(
-        chat_services.database.pool, chat["chat_id"], "user", told
-    )
-    saved = await memory_store.save_grounded_memory(
-        chat_services.database.pool, chat_services.embedder,
-        "The user's sister Ana's birthday is on March 3.", told, message["message_id"],
+    await remember(
+        chat_services, "My sister Ana's birthday is on March 3.",
+        "The user's sister Ana's birthday is on March 3.",
     )  # fmt: skip
-    assert saved.saved
     days, worked_out = days_until(3, 3)
     model.push({"text": f"{days} days."})
     events = await run(without_tools(chat_services), "How many days until my sister's birthday?")
@@ -236,16 +241,10 @@ async def test_the_date_of_a_day_told_before_is_read_from_its_memory(
     """Seen in a keyless trial: with "The user's son Tom turns 5 on 2 February." remembered,
     "When is my son's birthday?" got "Tom's birthday is on February 5." The model is given the
     date read from the memory, at its next occurrence."""
-    told = "My son Tom turns 5 on 2 February."
-    chat = await chat_store.create_chat(chat_services.database.pool)
-    message = await chat_store.add_message(
-        chat_services.database.pool, chat["chat_id"], "user", told
-    )
-    saved = await memory_store.save_grounded_memory(
-        chat_services.database.pool, chat_services.embedder,
-        "The user's son Tom turns 5 on 2 February.", told, message["message_id"],
+    await remember(
+        chat_services, "My son Tom turns 5 on 2 February.",
+        "The user's son Tom turns 5 on 2 February.",
     )  # fmt: skip
-    assert saved.saved
     days, _ = days_until(2, 2)
     then = datetime.now(UTC).date() + timedelta(days=days)
     model.push({"text": "On 2 February."})
