@@ -155,7 +155,7 @@ def span_expression(
     use: call it off the event loop."""
     day = _read_date(question.target, today, question.ahead)
     if day is None and memories:
-        day = _date_in_memories(question.target, memories, today, question.ahead)
+        day = day_in_memories(question, today, memories)
     if day is None or (day < today if question.ahead else day > today):
         return None
     later, earlier = (day, today) if question.ahead else (today, day)
@@ -194,15 +194,14 @@ def _read_date(text: str, today: date, ahead: bool) -> date | None:
     return found.date() if found else None
 
 
-def _date_in_memories(
-    target: str, memories: Sequence[str], today: date, ahead: bool
-) -> date | None:
-    """The date of the one memory that says what `target` names: every word of it in the
-    memory ("sister", "birthday"), and "my X" as "the user's X" (so "my birthday" is not the
-    sister's). A yearly day ("birthday", "anniversary") is counted to or from its nearest
-    occurrence whatever year the memory gives; a birthday may be told as a day someone turns an
-    age or was born (`_BORN`)."""
-    naming = _Naming.of(target)
+def day_in_memories(question: SpanQuestion, today: date, memories: Sequence[str]) -> date | None:
+    """The date of the day `question` names, read from the one memory that says what its target
+    names: every word of it in the memory ("sister", "birthday"), and "my X" as "the user's X"
+    (so "my birthday" is not the sister's); None if no one memory does. A yearly day
+    ("birthday", "anniversary") is counted to or from its nearest occurrence whatever year the
+    memory gives; a birthday may be told as a day someone turns an age or was born (`_BORN`).
+    Loads dateparser's data on first use: call it off the event loop."""
+    naming = _Naming.of(question.target)
     yearly = bool(naming.words & _YEARLY)
     found = set()
     for memory in memories:
@@ -213,18 +212,11 @@ def _date_in_memories(
         if len(dates) != 1:
             return None  # no date, or which one is meant cannot be told
         written = _YEAR_IN_DATE.sub("", dates[0]) if yearly else dates[0]
-        day = _read_date(written, today, ahead)
+        day = _read_date(written, today, question.ahead)
         if day is None:
             return None
         found.add(day)
     return found.pop() if len(found) == 1 else None
-
-
-def day_in_memories(question: SpanQuestion, today: date, memories: Sequence[str]) -> date | None:
-    """The date of the day `question` names, read from the one memory that says it (see
-    `span_expression`); None if none does. Loads dateparser's data on first use: call it off
-    the event loop."""
-    return _date_in_memories(question.target, memories, today, question.ahead)
 
 
 def someones_day(question: SpanQuestion, today: date) -> bool:
