@@ -48,9 +48,9 @@ RESPONSE_FORMAT = {
 
 # Words saying a fact of the user's changed: a move, a switch, a stop, a new state.
 _CHANGED = re.compile(
-    r"\b(?:moved|moving|relocated|switched|switching|changed|now|no longer|any ?more|stopped"
-    r"|quit|left|gave up|became|instead|again|retired|divorced|graduated|sold|died|passed away"
-    r"|broke up|split up|got married|new job)\b",
+    r"\b(?:moved|moving|relocated|switched|switching|changed|now|nowadays|these days|no longer"
+    r"|any ?more|stopped|quit|left|gave up|became|instead|again|retired|divorced|graduated|sold"
+    r"|died|passed away|broke up|split up|got married|new job)\b",
     re.IGNORECASE,
 )
 # Words saying the new fact comes beside the old ones: "I now have a cat too."
@@ -85,6 +85,8 @@ async def replaced_memory(
     nearest = max(alike, key=lambda m: m.similarity or 0.0, default=None)
     if nearest is None or (nearest.similarity or 0.0) < CHANGE_SIMILARITY:
         return None
+    if nearest.content.casefold().split() == fact.casefold().split():
+        return None  # the stored fact again (a model's copy): nothing to ask, nothing changed
     response = await services.router.acompletion(
         model="memory",
         messages=memory_change_request(nearest.content, fact),

@@ -2,7 +2,8 @@
 
 One call per user message, never on the reply's path (core/memory_jobs.py queues it, the worker in
 chat/memory_worker.py runs it); a second one, without the known facts, when a statement about the
-user gave no fact with them shown (they made the local model take new facts as told already). The
+user gave no fact with them shown, or only facts it does not state (they made the local model take
+new facts as told already, or copy a known fact in place of the change the user told). The
 model sees the message as numbered sentences, the assistant's reply before it (context only) and
 the ~10 closest current memories, and answers with JSON operations constrained to
 `MEMORY_OPERATIONS_SCHEMA`:
@@ -89,6 +90,7 @@ class ExtractionResult:
     superseded: list[dict[str, Any]] = field(default_factory=list)  # the closed rows
     duplicates: int = 0  # facts already known
     refused: list[str] = field(default_factory=list)  # why each dropped operation was dropped
+    unstated: int = 0  # facts refused as not told by the message (not in it, or denied there)
     skipped: str | None = None  # why nothing was read (memory paused, temporary chat, no message)
     seconds: float = 0.0
 
@@ -143,27 +145,51 @@ async def extract_memories(services: Services, message_id: uuid.UUID) -> Extract
 async def _extract(
     services: Services, message_id: uuid.UUID, message: dict[str, Any], result: ExtractionResult
 ) -> None:
-    pool = services.database.pool
     text = message["content"]
     known = await retrieve_memories(
-        pool, services.embedder, text, user_id=message["user_id"], limit=KNOWN_MEMORIES
-    )
+        services.database.pool, services.embedder, text, user_id=message["user_id"],
+        limit=KNOWN_MEMORIES,
+    )  # fmt: skip
+    operations = await _reading(services, message_id, message, known, result)
+    # Known facts silence new ones, or are copied in their place: with "The user's daughter Mira
+    # turns 7 on January 14." known, the local model gave nothing for "My son Tom turns 5 on 2
+    # February." and 6 more new facts about family of 36 statements (16 of 17 new facts with
+    # this second reading); with "The user lives in Glasgow." known, it read "Actually we just
+    # moved to Edinburgh last month." as that fact again, which the message does not state. A
+    # fact the second reading repeats is the store's duplicate, a change is found as for any new
+    # fact.
+    kept = result.saved or result.updated or result.duplicates
+    if (
+        operations is not None
+        and known
+        and not kept
+        and (not operations or result.unstated)
+        and statements_of_themselves(text)
+    ):
+        await _reading(services, message_id, message, [], result)
+
+
+async def _reading(
+    services: Services,
+    message_id: uuid.UUID,
+    message: dict[str, Any],
+    known: list[RetrievedMemory],
+    result: ExtractionResult,
+) -> list[dict[str, Any]] | None:
+    """One reading of `message` by the extraction model, shown `known`, and its operations
+    applied; the operations, or None when the model's answer was unusable."""
     try:
         operations = await _operations(services, message_id, message, [m.content for m in known])
-        # Known facts silence new ones: with "The user's daughter Mira turns 7 on January 14."
-        # known, the local model gave nothing for "My son Tom turns 5 on 2 February." and 6 more
-        # new facts about family of 36 statements (16 of 17 new facts with this second reading).
-        # A fact it repeats is the store's duplicate, a change is found as for any new fact.
-        if not operations and known and statements_of_themselves(text):
-            operations = await _operations(services, message_id, message, [])
     except BadOutput as error:
         log.warning("Memory: extraction output unusable, nothing saved (%s)", error)
         result.refused.append(f"bad output: {error}")
-        return
+        return None
     # Asked since to have forgotten (while the message waited, or the model read it): the facts
     # are not saved at all. Looked up once the model has answered, just before saving.
     since = (
-        await chat_store.asking_to_forget_since(pool, message["user_id"], message["sent_at"])
+        await chat_store.asking_to_forget_since(
+            services.database.pool, message["user_id"], message["sent_at"]
+        )
         if operations
         else []
     )
@@ -172,6 +198,7 @@ async def _extract(
     operations.sort(key=lambda op: users_name(str(op.get("fact"))) is None)
     for operation in operations:
         await _apply(services, message, operation, known, result, forgotten)
+    return operations
 
 
 async def _operations(
@@ -228,6 +255,7 @@ async def _apply(
             # brief from now on."), a wish may share none with the user's: theirs are the wish.
             fact, quote = _wish_as_asked(text, numbers) or (fact, None)
         if quote is None:
+            result.unstated += 1
             _refuse(result, fact, f"no sentence of the message states it (cited {numbers!r})")
             return
     else:
@@ -275,6 +303,7 @@ async def _apply(
         await _apply(services, message, {**operation, "op": "add"}, known, result, forgotten)
         return
     except (memory_store.NotGrounded, ValueError) as error:
+        result.unstated += isinstance(error, memory_store.NotGrounded)
         _refuse(result, fact, str(error))
         return
     if not saved.saved:

@@ -196,16 +196,59 @@ def told_by(fact: str, quote: str) -> bool:
     asked tells only what the user says of themselves in it (`_said_of_themselves`). A wish about
     replies is told by asking for it, question or not ("Could you keep your answers short?"), in
     a sentence that can ask for one (`_may_ask_for_replies`). A name is told by the name
-    (`_gives_a_name_told`)."""
+    (`_gives_a_name_told`). A word the quote only denies ("I'm not vegetarian any more.") tells
+    no fact that affirms it ("The user is vegetarian."; `_denied`)."""
     if not _gives_a_name_told(fact, quote):
         return False
     sentences = split_sentences(quote) or [quote]
     if is_reply_wish(fact):
         return shares_a_word(fact, quote) and any(map(_may_ask_for_replies, sentences))
     told = set().union(*(_said_of_themselves(s) for s in sentences))
+    if not _denies(fact):
+        told -= set().union(*map(_denied, sentences))
     if all(map(_asks, sentences)):
         return content_words(fact) <= told
     return bool(content_words(fact) & told)
+
+
+# A word the user denies does not tell a fact that affirms it: the local model updated "The user
+# is vegetarian." with "I'm not vegetarian any more, I eat fish now." as its quote, and kept "The
+# user works as a teacher." from "I quit teaching, I'm a chef now.". Denied: the few words after a
+# negation in its clause ("not vegetarian any", "quit teaching"). English only, like the rest.
+_NEGATIONS = frozenset({"not", "no", "never", "cannot", "quit", "stopped", "neither", "nor"})
+_DENIED_WORDS = 3
+_AVERSE = (
+    "avoid", "skip", "dislik", "hate", "allerg", "intoler", "unable", "without", "refus",
+    "afraid", "scared", "free", "lack", "former", "gave", "give", "used", "non", "sober",
+)  # fmt: skip
+_CLAUSE_BREAK = re.compile(r"[,;:()\u2013\u2014]| - ")
+
+
+def _negates(word: str) -> bool:
+    return word in _NEGATIONS or word.endswith("n't")
+
+
+def _denies(fact: str) -> bool:
+    """Whether the fact itself says something is not so ("The user doesn't eat meat."), or keeps
+    away from it ("The user avoids meat." from "I don't eat meat.")."""
+    words = _WORD.findall(_normalized(fact)[0])
+    return any(_negates(word) or word.startswith(_AVERSE) for word in words)
+
+
+def _denied(sentence: str) -> set[str]:
+    """The `content_words` of `sentence` that it only ever denies: within _DENIED_WORDS words
+    after a negation, in its clause."""
+    denied: set[str] = set()
+    affirmed: set[str] = set()
+    for clause in _CLAUSE_BREAK.split(_normalized(sentence)[0]):
+        left = 0
+        for word in _WORD.findall(clause):
+            if _negates(word):
+                left = _DENIED_WORDS
+                continue
+            (denied if left else affirmed).update(_meaningful([word]))
+            left = max(left - 1, 0)
+    return denied - affirmed
 
 
 _ADDRESSED = frozenset(

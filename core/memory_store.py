@@ -225,8 +225,8 @@ def _grounded_quote(fact: str, quote: str, message: str) -> str:
     # Judged by whole sentences: "a small grey cat" out of a question is still asked.
     if not told_by(fact, "\n".join(around) or span):
         raise NotGrounded(
-            "that is not something the user said: they asked it or said it of someone else, "
-            "not told it of themselves"
+            "that is not something the user said: they asked it, denied it or said it of "
+            "someone else, not told it of themselves"
         )
     return span
 

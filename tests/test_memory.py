@@ -496,6 +496,25 @@ async def test_save_tool_refuses_what_the_user_said_of_the_assistant(
     assert await count_memories(memory_pool) == 0
 
 
+async def test_save_tool_refuses_a_fact_its_quote_denies(
+    memory_pool: AsyncConnectionPool, embedder: Embedder
+) -> None:
+    """ "I'm not vegetarian any more" holds the word but says the opposite: no model can store
+    "The user is vegetarian." with it; what the user did say can be stored."""
+    chat = await chat_store.create_chat(memory_pool)
+    said = "I'm not vegetarian any more, I eat fish now."
+    config = await turn_config(memory_pool, embedder, chat["chat_id"], said)
+    with pytest.raises(memory_store.NotGrounded, match="denied it"):
+        await save_memory.ainvoke(
+            {"content": "The user is vegetarian.", "quote": said}, config=config
+        )
+    assert await count_memories(memory_pool) == 0
+    await save_memory.ainvoke(
+        {"content": "The user is not vegetarian any more.", "quote": said}, config=config
+    )
+    assert await count_memories(memory_pool) == 1
+
+
 async def test_save_tool_refuses_a_request_to_forget_as_its_quote(
     memory_pool: AsyncConnectionPool, embedder: Embedder
 ) -> None:
