@@ -14,6 +14,8 @@ nothing (every memory under the relevance floor).
 
 Baselines in the same run: BM25 (bm25s, the tokenizer web search uses) over the same memory texts,
 and "vectors only", retrieve_memory's vector half alone (what it was before it became hybrid).
+An experiment beside them, "token rerank" (evals/token_rerank.py, not shipped): retrieve_memory's
+first 40 re-ranked with the embedder's token vectors.
 Each conversation is stored alone (the store is emptied in between). `--limit` takes that many
 questions spread evenly over the file. No language model is needed.
 
@@ -26,6 +28,7 @@ every reply quiet when the message has nothing to do with the user's memories.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,12 +52,14 @@ from evals.datasets import (
 from evals.metrics import mean_by, recall_at, reciprocal_rank
 from evals.report import Report, Table
 from evals.scratch import forget_everything, scratch_database
-from rag.embedder import Embedder
+from evals.token_rerank import CANDIDATES, TokenReranker
+from rag.embedder import Embedder, bundled_model_dir
 from rag.search_providers import BM25Scorer
 
 DEFAULT_DATA = LOCOMO_FILE
 RETRIEVED = 10  # enough for recall@10; the tool itself asks for 5
-METHODS = ("retrieve_memory", "vectors only", "BM25 baseline")
+TOKEN_RERANK = "token rerank (experiment)"
+METHODS = ("retrieve_memory", "vectors only", "BM25 baseline", TOKEN_RERANK)
 UNRELATED = 300  # SQuAD questions per conversation: 900 searches, about 10 s
 UNRELATED_RETRIEVED = 5  # what the automatic recall and the tool ask for
 # BM25 returns every memory sharing a word, so it has no "nothing found" to measure.
@@ -167,6 +172,7 @@ async def evaluate(
     rows: dict[str, list[tuple[str, dict[str, float]]]] = {method: [] for method in METHODS}
     found_unrelated: dict[str, list[int]] = {method: [] for method in UNRELATED_METHODS}
     cached = CachedQueries(embedder)
+    tokens_model = await asyncio.to_thread(_tokens_model)
     memories = 0
     for conversation in conversations:
         questions = [q for c, q in asked if c is conversation]
@@ -175,6 +181,7 @@ async def evaluate(
         stored = await store_conversation(pool, embedder, conversation)
         memories += len(stored.texts)
         bm25 = BM25Scorer(stored.texts)
+        reranker = await asyncio.to_thread(TokenReranker, tokens_model, stored.texts)
         for question in questions:
             evidence = set(question.evidence)
             found = await memory_search.retrieve_memories(
@@ -189,6 +196,12 @@ async def evaluate(
             rows["retrieve_memory"].append((question.category_name, scores(hybrid, evidence)))
             rows["vectors only"].append((question.category_name, scores(dense, evidence)))
             rows["BM25 baseline"].append((question.category_name, scores(keyword, evidence)))
+            pool_found = await memory_search.retrieve_memories(
+                pool, embedder, question.question, limit=CANDIDATES, user_id=LOCAL_USER_ID
+            )
+            order = reranker.rerank(question.question, [m.content for m in pool_found])
+            reranked = [stored.turn_of_memory[pool_found[i].memory_id] for i in order]
+            rows[TOKEN_RERANK].append((question.category_name, scores(reranked, evidence)))
         for text in unrelated or []:
             found = await memory_search.retrieve_memories(
                 pool, cached, text, limit=UNRELATED_RETRIEVED, user_id=LOCAL_USER_ID
@@ -214,6 +227,14 @@ async def evaluate(
             if counts
         },
     }
+
+
+def _tokens_model() -> Any:
+    """The bundled embedder as sentence-transformers loads it, for its token vectors (the app's
+    Embedder may run a traced forward pass that gives sentence vectors only)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(bundled_model_dir()), device="cpu")
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
@@ -275,6 +296,9 @@ async def run(args: argparse.Namespace) -> Report:
             f" relevance floor {memory_search.RELEVANCE_FLOOR} or a word match covering"
             f" {memory_search.WORDS_MIN_COVERAGE:.0%} of the query's IDF (cosine at least"
             f" {memory_search.WORDS_FLOOR}), first {RETRIEVED} results; vectors only: the HNSW"
-            " half alone, cosine floor only; BM25: bm25s over the same memory texts.",
+            " half alone, cosine floor only; BM25: bm25s over the same memory texts;"
+            f" token rerank (not shipped, evals/token_rerank.py): retrieve_memory's first"
+            f" {CANDIDATES} re-ranked by IDF-weighted MaxSim over the embedder's token vectors,"
+            " fused with their order.",
         ],
     )

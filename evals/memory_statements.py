@@ -16,6 +16,8 @@ facts.
 - `FAMILY`: the user's family, their days and ages ("My son Tom turns 5 on 2 February.");
 - both again with a daughter's birthday and the user's name remembered (`KNOWN_BEFORE`): a fact
   known made the local model take new ones like it as told already;
+- `CHANGES`: changes of what the user told before ("We moved to Edinburgh last month."), read
+  with it remembered (`CHANGE_KNOWN`): the old fact should be replaced;
 - `REQUESTS`: questions and requests, some on the same subjects ("What are good exercises for bad
   knees?") or with the user in them ("Could you help me plan a trip I can afford?"): a memory
   saved from one is a fact the user never stated;
@@ -90,6 +92,28 @@ FAMILY: list[tuple[str | None, str]] = [
     (None, "My wedding anniversary is on 20 June."),
     (None, "My brother lives in Toronto."),
 ]
+# Changes of what the user told before, read with it remembered (`CHANGE_KNOWN`): the old fact
+# is closed and the new one current, or a new chat still answers from the old one. "We moved…"
+# made the local model copy the known fact it changes in place of the new one.
+CHANGE_KNOWN = (
+    "The user's name is Sam.",
+    "The user lives in Glasgow.",
+    "The user is vegetarian.",
+    "The user works as a teacher.",
+    "The user drinks tea every morning.",
+)
+CHANGES: list[tuple[str | None, str]] = [
+    (None, "Actually we just moved to Edinburgh last month."),
+    (None, "We moved to Edinburgh last month."),
+    (None, "I moved to Edinburgh last month."),
+    ("Here are some things to do in Glasgow.", "We're living in Dundee these days."),
+    (None, "I'm not vegetarian any more, I eat fish now."),
+    ("Here is a lentil curry.", "I started eating meat again."),
+    (None, "I quit teaching, I'm a chef now."),
+    (None, "I switched to coffee."),
+    ("Here's a morning routine with tea.", "These days I drink coffee instead of tea."),
+    (None, "I left my teaching job in the summer and now I work at a bank."),
+]
 # Known before the statements are read again: shown to the local model, a daughter's birthday made
 # it take new facts about family as told already.
 KNOWN_BEFORE = ("The user's name is Priya.", "The user's daughter Mira turns 7 on January 14.")
@@ -133,6 +157,7 @@ async def extract_one(
         "message": text,
         "before": before,
         "saved": [row["content"] for row in result.saved],
+        "replaced": [row["content"] for row in result.superseded],
         "refused": result.refused,
         "not_read": result.skipped is not None,
         "seconds": result.seconds,
@@ -161,6 +186,7 @@ def _tally(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "messages": len(rows),
         "with_a_memory": sum(bool(r["saved"]) for r in rows),
         "memories": sum(len(r["saved"]) for r in rows),
+        "replacing": sum(bool(r.get("replaced")) for r in rows),
         "refused": sum(len(r["refused"]) for r in rows),
         "not_read": sum(bool(r.get("not_read")) for r in rows),
         **latency_summary([r["seconds"] for r in rows]),
@@ -171,10 +197,11 @@ def tables(results: dict[str, Any]) -> list[Table]:
     summary = Table(
         "Messages read for memories, each alone in a new chat with nothing else remembered",
         ["messages", "n", "not read (tells nothing of the user)", "with a memory saved",
-         "memories", "refused by the store", "p50 s", "p95 s"],
+         "memories", "replacing a known one", "refused by the store", "p50 s", "p95 s"],
         [
             [group, t["messages"], t.get("not_read", 0), share(t["with_a_memory"], t["messages"]),
-             t["memories"], t["refused"], round(t["p50"], 1), round(t["p95"], 1)]
+             t["memories"], share(t.get("replacing", 0), t["messages"]), t["refused"],
+             round(t["p50"], 1), round(t["p95"], 1)]
             for group, t in results["by_group"].items()
         ],
     )  # fmt: skip
@@ -182,7 +209,12 @@ def tables(results: dict[str, Any]) -> list[Table]:
         "What was kept from our statements and requests",
         ["group", "message", "memories saved"],
         [
-            [group, row["message"], "; ".join(row["saved"]) or "(none)"]
+            [
+                group,
+                row["message"],
+                ("; ".join(row["saved"]) or "(none)")
+                + "".join(f" (replacing: {old})" for old in row.get("replaced", [])),
+            ]
             for group, rows in results["messages"].items()
             if group != "LoCoMo evidence turns"
             for row in rows
@@ -201,6 +233,7 @@ async def run(args: argparse.Namespace) -> Report:
             "both, with a daughter's birthday known": (STATEMENTS + FAMILY, KNOWN_BEFORE),
             "requests and questions": (REQUESTS, ()),
             "requests, with a daughter's birthday known": (REQUESTS, KNOWN_BEFORE),
+            "changes of a known fact": (CHANGES, CHANGE_KNOWN),
             "LoCoMo evidence turns": ([(None, text) for text in statements(args.data, limit)], ()),
         }
         results = await evaluate(services, groups)

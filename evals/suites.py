@@ -34,6 +34,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "evals.chat_replies",
         "first-person statements as a new chat's first message: refusals, markup, time",
     ),
+    "memory-heed": (
+        "evals.memory_heed",
+        "requests after the user told a diet or an allergy: does the reply keep to it",
+    ),
     "arithmetic": (
         "evals.arithmetic",
         "sums and word problems as first messages: the exact result, with the calculator or not",

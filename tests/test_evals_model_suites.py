@@ -41,6 +41,7 @@ from evals import (
     documents_answers,
     evidence_check,
     memory_extraction,
+    memory_heed,
     memory_statements,
     report,
     web_answers,
@@ -748,6 +749,56 @@ def test_a_reply_gives_the_answer_when_a_number_in_it_is_the_answer() -> None:
     assert not arithmetic.gives("No number here.", 1)
 
 
+# --- memory-heed -----------------------------------------------------------------------------
+
+
+async def test_memory_heed_counts_replies_that_keep_to_what_the_user_told(
+    extraction_services: Services,
+    model: ScriptedProvider,
+    dana_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chat model that suggests chicken unless the recalled memories say "vegetarian": the
+    suite counts the three vegetarian cases kept and the six others broken, and the memories
+    reached the prompt through recall."""
+    run_on(monkeypatch, memory_heed, extraction_services, tmp_path)
+    prompts: list[str] = []
+
+    def answer(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if model_name != "chat":
+            return {"text": "A title"}
+        prompts.append(messages[-1]["content"])
+        if "vegetarian" in messages[-1]["content"]:
+            return {"text": "Try a lentil curry.\n- Tofu instead of chicken works too."}
+        return {"text": "- Grilled chicken with eggs, milk, peanuts, bread, wine and shrimp."}
+
+    model.responder = answer
+    monkeypatch.setattr(sys, "argv", ["evals", "memory-heed", "--limit", "1"])
+    assert await evals_main() == 0
+
+    results = json.loads((tmp_path / "results" / "memory-heed.json").read_text())["results"]
+    assert (results["replies"], results["kept"]) == (len(memory_heed.CASES), 3)
+    assert all(row["memories_used"] >= 1 for row in results["rows"])
+    assert len(prompts) == len(memory_heed.CASES)
+    assert "The user is allergic to peanuts." in prompts[4]
+    markdown = (tmp_path / "RESULTS.md").read_text()
+    assert f"| {len(memory_heed.CASES)} | 3/{len(memory_heed.CASES)} (33%) |" in markdown
+
+
+def test_a_line_breaks_a_case_unless_it_keeps_away_from_what_is_ruled_out() -> None:
+    vegetarian, vegan, coeliac = (memory_heed.CASES[n] for n in (0, 3, 6))
+    assert memory_heed.lines_breaking(vegetarian, "Grilled Chicken Salad.\nEnjoy!") == [
+        "Grilled Chicken Salad."
+    ]
+    assert not memory_heed.lines_breaking(vegetarian, "Tofu stir-fry instead of chicken.")
+    assert not memory_heed.lines_breaking(vegetarian, "A mushroom risotto.")
+    assert memory_heed.lines_breaking(vegan, "- 2 eggs\n- 1 cup almond milk") == ["- 2 eggs"]
+    assert not memory_heed.lines_breaking(vegan, "- 1 cup oat milk\n- 1 tbsp peanut butter")
+    assert memory_heed.lines_breaking(coeliac, "A turkey sandwich.") == ["A turkey sandwich."]
+    assert not memory_heed.lines_breaking(coeliac, "Rice noodle salad on gluten-free bread.")
+
+
 # --- chat-replies ----------------------------------------------------------------------------
 
 
@@ -836,6 +887,8 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
     known: set[str] = set()
 
     def memory(model_name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if "<saved_fact>" in messages[-1]["content"]:  # a change check: tea, then coffee
+            return {"text": json.dumps({"both_true": "coffee" not in messages[-1]["content"]})}
         message = user_message_of(messages)
         facts = messages[-1]["content"].split("<known_facts>\n")[1].split("\n</known")[0]
         known.add(facts)
@@ -855,6 +908,8 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
                     "sentences": [1]}]  # fmt: skip
         elif "cello" in message:
             ops = [{"op": "add", "fact": "The user is learning the cello.", "sentences": [1]}]
+        elif "I switched to coffee." in message:
+            ops = [{"op": "add", "fact": "The user now drinks coffee.", "sentences": [1]}]
         else:
             ops = []
         return {"text": json.dumps({"operations": ops})}
@@ -864,13 +919,17 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
     assert await evals_main() == 0
 
     results = json.loads((tmp_path / "results" / "memory-statements.json").read_text())["results"]
-    statements, family, both, requests, requests_known, locomo = results["by_group"].values()
+    groups = results["by_group"].values()
+    statements, family, both, requests, requests_known, changes, locomo = groups
     every = len(memory_statements.STATEMENTS)
     assert (statements["messages"], statements["with_a_memory"]) == (every, 2)
     assert (family["messages"], family["with_a_memory"]) == (len(memory_statements.FAMILY), 1)
     # Read again with the daughter's birthday known: the son's is kept all the same.
     assert (both["messages"], both["with_a_memory"]) == (every + len(memory_statements.FAMILY), 3)
     assert (requests_known["with_a_memory"], requests_known["refused"]) == (0, 1)
+    # Read with tea known, "I switched to coffee." replaced it (the change check said so).
+    assert (changes["messages"], changes["with_a_memory"]) == (len(memory_statements.CHANGES), 1)
+    assert (changes["replacing"], statements["replacing"]) == (1, 0)
     # "I have a bad knee so I can't run.": the knee kept, the runner refused (not stated there).
     assert (statements["memories"], statements["refused"]) == (2, 1)
     assert (requests["with_a_memory"], requests["memories"], requests["refused"]) == (0, 0, 1)
@@ -885,7 +944,12 @@ async def test_memory_statements_counts_what_the_store_kept_from_the_command_lin
     assert "(none yet)" in known
     assert any(f.startswith("M1: ") and "Mira turns 7 on January 14" in f for f in known), known
     markdown = (tmp_path / "RESULTS.md").read_text()
-    assert f"| statements about the user | {every} | 0 | 2/{every} (7%) | 2 | 1 |" in markdown
+    assert (
+        f"| statements about the user | {every} | 0 | 2/{every} (7%) | 2 | 0/{every} (0%) | 1 |"
+        in markdown
+    )
+    replaced = "The user now drinks coffee. (replacing: The user drinks tea every morning.)"
+    assert f"| changes of a known fact | I switched to coffee. | {replaced} |" in markdown
     assert (
         "| requests and questions | Paris is the capital of France, right? | (none) |" in markdown
     )
