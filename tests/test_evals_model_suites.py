@@ -755,7 +755,6 @@ def test_a_reply_gives_the_answer_when_a_number_in_it_is_the_answer() -> None:
 async def test_memory_heed_counts_replies_that_keep_to_what_the_user_told(
     extraction_services: Services,
     model: ScriptedProvider,
-    dana_file: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
