@@ -247,9 +247,11 @@ async def run(args: argparse.Namespace) -> Report:
         [
             "Each message is read by chat/memory_extraction.extract_memories in a new chat with"
             " nothing remembered, or only the user's name and their daughter's birthday"
-            f" ({' '.join(KNOWN_BEFORE)}) where a group says so; 'with a memory saved' counts"
-            " messages from which the store accepted at least one fact (grounded in the message,"
-            " about the user); 'not read' those in which no fact could be grounded"
+            f" ({' '.join(KNOWN_BEFORE)}) where a group says so, and the changes with"
+            f" {' '.join(CHANGE_KNOWN)} remembered; 'with a memory saved' counts messages from"
+            " which the store accepted at least one fact (grounded in the message, about the"
+            " user); 'replacing a known one' those whose new fact closed a remembered one;"
+            " 'not read' those in which no fact could be grounded"
             " (core/grounding.may_tell_about_user), so the model was not called."
         ],
     )
